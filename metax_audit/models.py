@@ -1,0 +1,370 @@
+# The frozen records that flow between pipeline stages (snapshot -> discover -> trace ->
+# introspect -> compare -> checks -> probe -> inventory -> report); no stage logic here.
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+class Severity(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 3, "warning": 2, "info": 1}[self.value]
+
+
+class Category(StrEnum):
+    """The fixed finding vocabulary of DESIGN.md; rule ids live in findings.py."""
+
+    REGISTRATION = "registration"
+    IMPORT = "import"
+    SIGNATURE = "signature"
+    KWARGS_SWALLOWED = "kwargs-swallowed"
+    UPSTREAM_DRIFT = "upstream-drift"
+    UNDECLARED_DIFFERENCE = "undeclared-difference"
+    ARCH_CHECK = "arch-check"
+    CLAIM = "claim"
+    INACTIVE_PATH = "inactive-path"
+    LAYOUT = "layout"
+    FP8_SCALE = "fp8-scale"
+    LSE = "lse"
+    DCP = "dcp"
+    GRAPH_CAPTURE = "graph-capture"
+    QUERY_COUNT = "query-count"
+    PADDING = "padding"
+    INDEX_MAPPING = "index-mapping"
+    ENVIRONMENT = "environment"
+    COVERAGE = "coverage"
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    """A place in the audited snapshot: repo-relative path (never the temp dir) and 1-based line."""
+
+    path: str
+    line: int = 0
+    symbol: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
+# ---------------------------------------------------------------- snapshot
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    mode: str  # "staged" | "worktree" | "rev" | "installed" | "directory"
+    repo: str  # the user's repo (or site-packages dir for --installed), for the record only
+    commit: str | None  # HEAD sha (staged/worktree) or the resolved revision; None without commits
+    dirty: bool  # worktree differs from HEAD (staged/worktree modes)
+    root: Path  # the temporary export; never shown in reports
+    label: str = ""  # the revision as the user wrote it, or the distribution version
+    files: int = 0
+    notes: tuple[str, ...] = ()  # e.g. "submodule vendor/x exported as a gitlink only"
+
+
+# ---------------------------------------------------------------- discover
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str  # repo-relative, posix
+    module: str  # dotted module name, "" when not importable by name
+    reason: str  # "glob" | "platform" | "reached-by-trace" | "explicit"
+    parse_error: str | None = None
+    lines: int = 0
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Registration:
+    kind: str  # "attention-backend" | "mla-prefill" | "custom-op" | "decorator"
+    name: str  # enum member or op name, e.g. "FLASHINFER"
+    class_path: str  # "vllm_metax.v1.attention.backends.flashinfer.MacaFlashInferBackend"
+    location: Location
+    resolved: bool  # the class path names a class present in the snapshot
+    resolved_path: str | None = None  # repo-relative file holding the class
+
+
+@dataclass(frozen=True)
+class PriorityList:
+    condition: str  # the branch text that selects this list ("use_mla", "else")
+    members: tuple[str, ...]
+    location: Location
+    commented_out: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConfigSwitch:
+    """A feature the platform turns off or forces, e.g. disable_cascade_attn = True."""
+
+    target: str  # "model_config.disable_cascade_attn"
+    value: str
+    condition: str
+    location: Location
+
+
+@dataclass(frozen=True)
+class Discovery:
+    root: Path
+    port_package: str
+    files: tuple[SourceFile, ...]
+    registrations: tuple[Registration, ...]
+    priorities: tuple[PriorityList, ...]
+    switches: tuple[ConfigSwitch, ...]
+    callers: dict[str, tuple[str, ...]]  # file -> files that import from it
+    left_out: tuple[SkippedFile, ...] = ()  # in the default scope but excluded by PATHS
+
+
+# ---------------------------------------------------------------- trace
+
+
+@dataclass(frozen=True)
+class CallArg:
+    name: str | None  # keyword name; None for a positional argument
+    position: int | None  # index among positionals; None for keywords
+    text: str  # source text of the value
+    literal: str | None = None  # repr of the value when it is a literal
+    commented_out: bool = False  # an argument present only as a comment in the call
+
+
+@dataclass(frozen=True)
+class CallSite:
+    location: Location  # where the call is written
+    caller: str  # qualified name of the enclosing function
+    callee_text: str  # as written: "self._decode_wrapper.run"
+    resolved: str | None  # dotted target, e.g. "flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper.run"
+    origin: str  # "port" | "upstream" | "external" | "builtin" | "unresolved"
+    args: tuple[CallArg, ...] = ()
+    star_args: bool = False
+    star_kwargs: bool = False
+    branch: str = ""  # enclosing conditions, outermost first, joined by " / "
+    via: str = ""  # how it was resolved: "import-alias", "self-attr", "partial", "lazy-import", "getattr"...
+    partial_args: tuple[CallArg, ...] = ()  # arguments bound by functools.partial
+
+
+@dataclass(frozen=True)
+class ChainHop:
+    role: str  # registration|backend|builder|metadata|impl|layer|forward|build|wrapper|kernel|kv-cache-shape|kv-stride-order
+    qualname: str
+    path: str
+    line: int
+    resolved: str | None = None
+    inherited_from: str | None = None  # "upstream:vllm.x.Base" when the method comes from a base class
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    location: Location
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BackendChain:
+    name: str  # enum member, e.g. "FLASHINFER"
+    class_path: str
+    registered_at: Location | None
+    active: bool  # present in a priority list (or selected explicitly) and not disabled
+    chain: tuple[ChainHop, ...]
+    calls: tuple[CallSite, ...]
+    unresolved: tuple[Unresolved, ...]
+    capture_support: str | None = None  # the declared cudagraph support level, as written
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    backends: tuple[BackendChain, ...]
+    reached_files: tuple[str, ...]  # port files pulled in by the trace
+    calls: tuple[CallSite, ...] = ()  # every call site in scope (also outside backend chains)
+    unresolved: tuple[Unresolved, ...] = ()
+
+
+# ---------------------------------------------------------------- introspect
+
+
+@dataclass(frozen=True)
+class ParamFact:
+    name: str
+    kind: str  # inspect.Parameter kind name: POSITIONAL_ONLY, POSITIONAL_OR_KEYWORD, VAR_POSITIONAL, KEYWORD_ONLY, VAR_KEYWORD
+    default: str | None = None  # repr, None when required
+
+
+@dataclass(frozen=True)
+class CallableFact:
+    target: str  # dotted path
+    status: str  # "ok" | "import-error" | "not-found" | "no-signature" | "timeout" | "crash"
+    source: str  # "import" | "static" | "manifest"
+    signature: str | None = None
+    params: tuple[ParamFact, ...] | None = None
+    sourcefile: str | None = None
+    line: int | None = None
+    doc: str | None = None
+    kwargs_reads: tuple[str, ...] | None = None  # names the body reads out of **kwargs
+    kwargs_forwarded: bool = False  # **kwargs passed on to another callable
+    distribution: str | None = None
+    version: str | None = None
+    wheel_tag: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StackFacts:
+    python: str
+    captured_at: str
+    host: str
+    facts: dict[str, CallableFact]
+    distributions: dict[str, dict[str, str]] = field(default_factory=dict)
+    source: str = "import"  # "import" | "manifest:<path>"
+
+
+# ---------------------------------------------------------------- compare
+
+
+@dataclass(frozen=True)
+class UpstreamInfo:
+    package: str
+    version: str | None
+    source: str  # "directory:<path>" | "installed:<dist>" | "pip:vllm==X (cache <dir>)"
+    root: Path | None = None  # directory holding the upstream package (not shown in reports)
+
+
+@dataclass(frozen=True)
+class Difference:
+    kind: str  # vendor-kernel-import | arch-check | feature-disabled | fallback-added | argument-commented-out | upstream-not-followed | signature-changed | class-attribute | added | removed | cosmetic | ...
+    path: str
+    line: int
+    symbol: str
+    declared: bool
+    reason: str  # the "Metax Modification" text when declared
+    action: str
+    validation: str
+    detail: str = ""
+    upstream_line: int | None = None
+
+
+@dataclass(frozen=True)
+class FileComparison:
+    path: str
+    upstream_path: str | None
+    vendor_only: bool
+    class_map: dict[str, str] = field(default_factory=dict)
+    differences: tuple[Difference, ...] = ()
+    declared_blocks: int = 0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    upstream: UpstreamInfo | None
+    base: UpstreamInfo | None
+    files: tuple[FileComparison, ...]
+    drift: tuple[Difference, ...] = ()
+
+
+# ---------------------------------------------------------------- findings and probes
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    category: Category
+    severity: Severity
+    location: Location
+    message: str
+    evidence: tuple[str, ...] = ()
+    waived: bool = False
+    waiver_reason: str | None = None
+
+    @property
+    def id(self) -> str:
+        """Stable across runs: rule, place and symbol, not the message text."""
+        import hashlib
+
+        key = f"{self.rule}|{self.location.path}|{self.location.symbol}|{self.location.line}"
+        return f"{self.rule}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    probe: str  # "lse" | "layout" | ...
+    family: str  # "paged-decode" | "merge-states" | ...
+    target: str  # "flashinfer:BatchDecodeWithPagedKVCacheWrapper" or "MOD:CALLABLE"
+    verdict: str  # "matched" | "mismatch" | "not-checkable" | "skipped" | "error"
+    matched: str | None = None  # the hypothesis the target matched
+    expected: str | None = None  # the hypothesis a correct kernel would match
+    hypotheses: dict[str, float] = field(default_factory=dict)  # worst abs error per hypothesis
+    worst_error: float | None = None
+    device: str | None = None
+    skipped_reason: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- inventory and report
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str
+    reason: str  # why it is in scope
+    upstream_path: str | None
+    registrations: tuple[Registration, ...]
+    callers: tuple[str, ...]
+    differences: tuple[Difference, ...]
+    findings: tuple[str, ...]  # finding ids
+    probes: tuple[str, ...]  # probes that cover this file's kernels
+    status: str  # "ok" | "needs-action" | "not-analysed"
+    status_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    in_scope: int
+    analysed: int
+    skipped: tuple[SkippedFile, ...] = ()
+    left_out: tuple[SkippedFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    name: str
+    ran: bool
+    seconds: float = 0.0
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class TestRun:
+    command: str
+    exit_code: int
+    seconds: float
+    output_tail: str
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    tool_version: str
+    snapshot: SnapshotInfo
+    upstream: UpstreamInfo | None
+    environment: dict[str, Any]
+    backends: tuple[BackendChain, ...]
+    files: tuple[FileRecord, ...]
+    findings: tuple[Finding, ...]
+    probes: tuple[ProbeResult, ...]
+    coverage: Coverage
+    stages: tuple[StageRecord, ...]
+    test_run: TestRun | None = None
+    generated_at: str = ""
+    wall_seconds: float = 0.0
+    waivers: dict[str, Any] = field(default_factory=dict)
+    schema: str = "metax-audit/report/v1"

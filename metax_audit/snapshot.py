@@ -1,0 +1,253 @@
+# Read-only snapshots of what is under review: the git index, the working tree, a revision, or an
+# installed distribution, exported into a temporary directory that is always removed.
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from metax_audit import subproc
+from metax_audit.errors import SnapshotError
+from metax_audit.models import SnapshotInfo, TestRun
+
+# Plain git plumbing rather than GitPython here: every call must run with GIT_OPTIONAL_LOCKS=0
+# (no opportunistic index refresh) and we need exact control over what touches the repo.
+# checkout-index/archive/ls-files/rev-parse/diff-index only read the repository.
+_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+
+MODES = ("staged", "worktree", "rev", "installed")
+
+
+def _git(repo: Path, *args: str) -> subproc.Completed:
+    return subproc.run(["git", "-C", str(repo), *args], env=_GIT_ENV, timeout=300)
+
+
+def find_repo(path: Path) -> Path:
+    """The top of the git work tree enclosing `path`; SnapshotError when there is none."""
+    if not path.exists():
+        raise SnapshotError(f"{path}: no such directory")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise SnapshotError(f"{path}: not readable")
+    res = _git(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel")
+    if res.returncode != 0:
+        raise SnapshotError(f"{path} is not inside a git repository (use --installed, or --repo PATH)")
+    return Path(res.stdout.strip())
+
+
+def head_commit(repo: Path) -> str | None:
+    res = _git(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+def _is_dirty(repo: Path, head: str | None) -> bool:
+    if head is None:
+        return True
+    res = _git(repo, "diff-index", "--quiet", "HEAD", "--")
+    return res.returncode != 0
+
+
+def has_staged_changes(repo: Path) -> bool:
+    head = head_commit(repo)
+    if head is None:
+        return bool(_index_paths(repo))
+    return _git(repo, "diff-index", "--cached", "--quiet", "HEAD", "--").returncode != 0
+
+
+def _index_paths(repo: Path) -> list[str]:
+    res = _git(repo, "ls-files", "-z", "--cached")
+    return [p for p in res.stdout.split("\0") if p]
+
+
+def _gitlinks(repo: Path) -> list[str]:
+    res = _git(repo, "ls-files", "-z", "--stage")
+    links = []
+    for entry in res.stdout.split("\0"):
+        if entry.startswith("160000 "):
+            links.append(entry.split("\t", 1)[1])
+    return links
+
+
+def _export_index(repo: Path, dest: Path) -> tuple[int, list[str]]:
+    paths = _index_paths(repo)
+    if not paths:
+        raise SnapshotError(f"{repo}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
+    # checkout-index writes only under --prefix; without -u it never updates the index's stat data.
+    res = _git(repo, "checkout-index", "--all", "--force", f"--prefix={dest}{os.sep}")
+    if res.returncode != 0:
+        raise SnapshotError(f"git checkout-index failed: {res.stderr.strip().splitlines()[-1:] or ''}")
+    notes = [f"submodule {p} exported as an empty directory (gitlink only)" for p in _gitlinks(repo)]
+    return len(paths), notes
+
+
+def _export_worktree(repo: Path, dest: Path) -> tuple[int, list[str]]:
+    res = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if res.returncode != 0:
+        raise SnapshotError(f"git ls-files failed: {res.stderr.strip()}")
+    notes: list[str] = []
+    count = 0
+    gitlinks = set(_gitlinks(repo))
+    for rel in sorted({p for p in res.stdout.split("\0") if p}):
+        src = repo / rel
+        target = dest / rel
+        if rel in gitlinks:
+            target.mkdir(parents=True, exist_ok=True)
+            notes.append(f"submodule {rel} exported as an empty directory (its files belong to another repository)")
+            continue
+        if not os.path.lexists(src):
+            continue  # deleted in the worktree but still in the index: the worktree no longer has it
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), target)
+        elif src.is_file():
+            shutil.copyfile(src, target)
+            shutil.copymode(src, target)
+        else:
+            continue
+        count += 1
+    return count, notes
+
+
+def _export_rev(repo: Path, rev: str, dest: Path) -> tuple[str, int, list[str]]:
+    resolved = _git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
+    if resolved.returncode != 0 or not resolved.stdout.strip():
+        raise SnapshotError(f"unknown revision {rev!r} in {repo}")
+    sha = resolved.stdout.strip()
+    import subprocess
+
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", sha],
+        capture_output=True, env={**os.environ, **_GIT_ENV}, timeout=600,
+    )
+    if proc.returncode != 0:
+        raise SnapshotError(f"git archive {rev} failed: {proc.stderr.decode(errors='replace').strip()}")
+    count = 0
+    notes: list[str] = []
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        members = [m for m in tar.getmembers() if m.name != "pax_global_header"]
+        tar.extractall(dest, members=members, filter="tar")
+        count = sum(1 for m in members if m.isfile() or m.issym())
+    tree = _git(repo, "ls-tree", "-r", "-z", sha)
+    for entry in tree.stdout.split("\0"):
+        if entry.startswith("160000 "):
+            notes.append(f"submodule {entry.split(chr(9), 1)[1]} not exported (git archive leaves gitlinks empty)")
+    return sha, count, notes
+
+
+_INSTALLED_SCRIPT = r"""
+import importlib.metadata as md, json, sys, os
+top = sys.argv[1]
+names = md.packages_distributions().get(top, [])
+if not names:
+    print(json.dumps({"error": f"no installed distribution provides {top!r}"})); sys.exit(0)
+dist = md.distribution(names[0])
+files = [str(f) for f in (dist.files or []) if str(f).split("/")[0] == top]
+base = str(dist.locate_file(""))
+tag = None
+for f in dist.files or []:
+    if str(f).endswith(".dist-info/WHEEL"):
+        for line in dist.locate_file(f).read_text().splitlines():
+            if line.startswith("Tag:"):
+                tag = line.split(":", 1)[1].strip(); break
+direct = dist.read_text("direct_url.json")
+print(json.dumps({"name": dist.metadata["Name"], "version": dist.version, "base": base, "files": files,
+                  "wheel_tag": tag, "direct_url": json.loads(direct) if direct else None}))
+"""
+
+
+def _export_installed(package: str, dest: Path, python: str | None) -> tuple[dict, int]:
+    # Located through importlib.metadata in the target interpreter; the package is never imported.
+    res = subproc.run([python or sys.executable, "-I", "-B", "-c", _INSTALLED_SCRIPT, package.split(".")[0]], timeout=120)
+    if res.returncode != 0:
+        raise SnapshotError(f"could not query the installed distribution of {package}: {res.stderr.strip()[-300:]}")
+    info = json.loads(res.stdout)
+    if "error" in info:
+        raise SnapshotError(info["error"] + " (install it, or review a git checkout instead)")
+    base = Path(info["base"])
+    count = 0
+    for rel in info["files"]:
+        src = base / rel
+        if src.suffix != ".py" or not src.is_file():
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+        count += 1
+    if count == 0 and info.get("direct_url"):
+        raise SnapshotError(f"{info['name']} is an editable install ({info['direct_url'].get('url')}): review its git checkout with --worktree instead")
+    return info, count
+
+
+@contextmanager
+def snapshot(
+    mode: str,
+    repo: Path | None = None,
+    rev: str | None = None,
+    *,
+    package: str = "vllm_metax",
+    python: str | None = None,
+) -> Iterator[SnapshotInfo]:
+    """Export the subject under review into a temp dir, yield its record, always remove it.
+
+    The user's repository is only read: no index refresh, stash, worktree, branch or checkout.
+    """
+    if mode not in MODES:
+        raise SnapshotError(f"unknown snapshot mode {mode!r} (one of {', '.join(MODES)})")
+    tmp = Path(tempfile.mkdtemp(prefix="metax-audit-snap-"))
+    try:
+        notes: list[str] = []
+        if mode == "installed":
+            info, count = _export_installed(package, tmp, python)
+            snap = SnapshotInfo(
+                mode=mode, repo=info["base"], commit=None, dirty=False, root=tmp,
+                label=f"{info['name']}=={info['version']}" + (f" ({info['wheel_tag']})" if info.get("wheel_tag") else ""),
+                files=count,
+            )
+        else:
+            top = find_repo(repo or Path.cwd())
+            head = head_commit(top)
+            if mode == "staged":
+                count, notes = _export_index(top, tmp)
+                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "index", count, tuple(notes))
+            elif mode == "worktree":
+                count, notes = _export_worktree(top, tmp)
+                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "worktree", count, tuple(notes))
+            else:
+                if not rev:
+                    raise SnapshotError("--rev needs a revision")
+                if head is None and rev:
+                    raise SnapshotError(f"unknown revision {rev!r}: {top} has no commits yet (use --staged)")
+                sha, count, notes = _export_rev(top, rev, tmp)
+                snap = SnapshotInfo(mode, str(top), sha, False, tmp, rev, count, tuple(notes))
+        yield snap
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def default_mode(repo: Path | None) -> tuple[str, str | None, str]:
+    """`review` with no mode flag: the index when something is staged, else HEAD (with a note why)."""
+    top = find_repo(repo or Path.cwd())
+    if has_staged_changes(top):
+        return "staged", None, ""
+    if head_commit(top) is None:
+        raise SnapshotError(f"{top} has no commits and nothing staged: nothing to review")
+    return "rev", "HEAD", "nothing is staged, so the review covers HEAD"
+
+
+def run_test_command(command: str, root: Path, timeout: float = 1800) -> TestRun:
+    """Run the port's own tests against the snapshot: cwd is the snapshot, first on PYTHONPATH."""
+    import time
+
+    env = {"PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    start = time.perf_counter()
+    res = subproc.run(["/bin/sh", "-c", command], cwd=root, env=env, timeout=timeout)
+    tail = (res.stdout + res.stderr)[-4000:]
+    code = res.returncode if not res.timed_out else 124
+    return TestRun(command=command, exit_code=code, seconds=round(time.perf_counter() - start, 2), output_tail=tail)

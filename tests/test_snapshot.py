@@ -1,0 +1,162 @@
+# Snapshots see exactly their mode's content and never write to the user's repository,
+# including when the run is interrupted inside the context manager.
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from metax_audit.errors import SnapshotError
+from metax_audit.snapshot import default_mode, run_test_command, snapshot
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run([*GIT, "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def fingerprint(repo: Path) -> dict[str, str]:
+    """status, index bytes and every worktree file's bytes (excluding .git internals but the index)."""
+    out = {"status": git(repo, "status", "--porcelain=v1", "--untracked-files=all")}
+    out["index"] = hashlib.sha256((repo / ".git" / "index").read_bytes()).hexdigest() if (repo / ".git" / "index").exists() else ""
+    for p in sorted(repo.rglob("*")):
+        if ".git" in p.relative_to(repo).parts:
+            continue
+        if p.is_symlink():
+            out[str(p)] = "link:" + os.readlink(p)
+        elif p.is_file():
+            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    heads = subprocess.run(["git", "-C", str(repo), "for-each-ref"], capture_output=True, text=True).stdout
+    out["refs"] = heads
+    out["worktrees"] = str(sorted((repo / ".git").glob("worktrees/*")))
+    return out
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "port repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "pkg").mkdir()
+    (r / "pkg" / "a.py").write_text("A = 'committed'\n")
+    (r / "pkg" / "gone.py").write_text("G = 1\n")
+    (r / "pkg" / "spaced name.py").write_text("S = 1\n")
+    (r / "pkg" / "ünïcode.py").write_text("U = 1\n")
+    os.symlink("a.py", r / "pkg" / "link.py")
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "one")
+    # staged change, then a different unstaged change on top, an untracked file, a staged deletion
+    (r / "pkg" / "a.py").write_text("A = 'staged'\n")
+    git(r, "add", "pkg/a.py")
+    (r / "pkg" / "a.py").write_text("A = 'unstaged'\n")
+    (r / "pkg" / "new.py").write_text("N = 'untracked'\n")
+    git(r, "rm", "-q", "pkg/gone.py")
+    (r / ".gitignore").write_text("ignored.py\n")
+    (r / "ignored.py").write_text("I = 1\n")
+    return r
+
+
+@pytest.mark.parametrize(
+    ("mode", "rev", "a_value", "has_new", "has_gone"),
+    [
+        ("staged", None, "staged", False, False),
+        ("worktree", None, "unstaged", True, False),
+        ("rev", "HEAD", "committed", False, True),
+    ],
+)
+def test_each_mode_sees_exactly_its_content(repo: Path, mode: str, rev: str | None, a_value: str, has_new: bool, has_gone: bool) -> None:
+    before = fingerprint(repo)
+    with snapshot(mode, repo, rev) as snap:
+        root = snap.root
+        assert (root / "pkg" / "a.py").read_text() == f"A = '{a_value}'\n"
+        assert (root / "pkg" / "new.py").exists() is has_new
+        assert (root / "pkg" / "gone.py").exists() is has_gone
+        assert not (root / "ignored.py").exists()
+        assert (root / "pkg" / "spaced name.py").exists()
+        assert (root / "pkg" / "ünïcode.py").exists()
+        assert (root / "pkg" / "link.py").is_symlink()
+        assert snap.mode == mode
+        assert snap.commit and len(snap.commit) == 40
+        assert str(root) not in snap.repo
+    assert not root.exists()
+    assert fingerprint(repo) == before
+
+
+def test_interrupted_run_cleans_up_and_leaves_repo_untouched(repo: Path) -> None:
+    before = fingerprint(repo)
+    seen: list[Path] = []
+    with pytest.raises(KeyboardInterrupt), snapshot("staged", repo) as snap:
+        seen.append(snap.root)
+        raise KeyboardInterrupt
+    assert seen and not seen[0].exists()
+    assert fingerprint(repo) == before
+
+
+def test_errors_are_snapshot_errors(tmp_path: Path, repo: Path) -> None:
+    with pytest.raises(SnapshotError, match="not inside a git repository"), snapshot("worktree", tmp_path):
+        pass
+    with pytest.raises(SnapshotError, match="unknown revision"), snapshot("rev", repo, "no-such-tag"):
+        pass
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    git(empty, "init", "-q")
+    with pytest.raises(SnapshotError, match="index is empty"), snapshot("staged", empty):
+        pass
+    with pytest.raises(SnapshotError, match="no commits"), snapshot("rev", empty, "HEAD"):
+        pass
+
+
+def test_repo_without_commits_can_be_reviewed_staged(tmp_path: Path) -> None:
+    r = tmp_path / "fresh"
+    r.mkdir()
+    git(r, "init", "-q")
+    (r / "x.py").write_text("X = 1\n")
+    git(r, "add", "x.py")
+    assert default_mode(r)[0] == "staged"
+    with snapshot("staged", r) as snap:
+        assert snap.commit is None
+        assert (snap.root / "x.py").read_text() == "X = 1\n"
+
+
+def test_default_mode_falls_back_to_head_with_a_note(tmp_path: Path) -> None:
+    r = tmp_path / "clean"
+    r.mkdir()
+    git(r, "init", "-q")
+    (r / "x.py").write_text("X = 1\n")
+    git(r, "add", "x.py")
+    git(r, "commit", "-q", "-m", "x")
+    mode, rev, note = default_mode(r)
+    assert (mode, rev) == ("rev", "HEAD") and "nothing is staged" in note
+
+
+def test_submodule_is_recorded_not_followed(tmp_path: Path) -> None:
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q")
+    (sub / "s.py").write_text("S = 1\n")
+    git(sub, "add", "s.py")
+    git(sub, "commit", "-q", "-m", "s")
+    top = tmp_path / "top"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / "t.py").write_text("T = 1\n")
+    git(top, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "vendor/sub")
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "t")
+    for mode, rev in (("staged", None), ("worktree", None), ("rev", "HEAD")):
+        with snapshot(mode, top, rev) as snap:
+            assert (snap.root / "t.py").exists()
+            assert not (snap.root / "vendor" / "sub" / "s.py").exists()
+            assert any("vendor/sub" in n for n in snap.notes), (mode, snap.notes)
+
+
+def test_test_command_runs_against_the_snapshot_not_the_worktree(repo: Path) -> None:
+    with snapshot("staged", repo) as snap:
+        run = run_test_command("python -c \"import pkg.a as m; print(m.A)\"", snap.root)
+        assert run.exit_code == 0 and "staged" in run.output_tail and "unstaged" not in run.output_tail
+        missing = run_test_command("python -c 'import pkg.new'", snap.root)
+        assert missing.exit_code != 0  # the untracked module must not satisfy the import
