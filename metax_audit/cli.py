@@ -1,0 +1,303 @@
+# The command line: each command parses, calls one function of the core, renders, exits.
+# Only this module (and cli_progress) prints; heavy imports stay inside the commands.
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from metax_audit import __version__
+from metax_audit.errors import AuditError
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_CANNOT_AUDIT = 0, 1, 2
+
+app = typer.Typer(
+    name="metax-audit",
+    help=(
+        "Audit a vendor port of vLLM's attention backends: trace each backend from registration to "
+        "kernel, check call sites against the installed kernels, compare with upstream vLLM, probe "
+        "kernel semantics on a device. Exit codes: 0 clean, 1 findings at or above --fail-on, "
+        "2 could not audit."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"metax-audit {__version__}")
+        raise typer.Exit(EXIT_CLEAN)
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"metax-audit: error: {message}", err=True)
+    return typer.Exit(EXIT_CANNOT_AUDIT)
+
+
+class _Guard:
+    """Maps AuditError (and anything unexpected) to one stderr line and exit 2, no traceback."""
+
+    def __enter__(self) -> None:
+        # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so snapshots are removed.
+        if hasattr(signal, "SIGTERM"):
+            signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    def __exit__(self, kind, exc, tb) -> bool:  # type: ignore[no-untyped-def]
+        if exc is None or isinstance(exc, typer.Exit | SystemExit):
+            return False
+        if _state["debug"]:
+            return False
+        if isinstance(exc, KeyboardInterrupt):
+            typer.echo("metax-audit: interrupted; the temporary snapshot was removed", err=True)
+            raise typer.Exit(130)
+        if isinstance(exc, AuditError):
+            raise _fail(str(exc))
+        raise _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
+
+
+def _formats(value: str) -> tuple[str, ...]:
+    known = ("md", "json", "sarif", "junit")
+    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in chosen if v not in known]
+    if bad:
+        raise typer.BadParameter(f"unknown format {bad[0]!r} (choose from {', '.join(known)})")
+    return chosen
+
+
+def _progress():  # type: ignore[no-untyped-def]
+    from metax_audit.cli_progress import make_progress
+
+    return make_progress()
+
+
+ModeStaged = Annotated[bool, typer.Option("--staged", help="Review the git index (the default when something is staged).")]
+ModeWorktree = Annotated[bool, typer.Option("--worktree", help="Review tracked plus untracked-not-ignored files.")]
+ModeRev = Annotated[str | None, typer.Option("--rev", help="Review a revision (commit, tag, branch).")]
+RepoOpt = Annotated[Path | None, typer.Option("--repo", help="The port's git checkout (default: the enclosing repo).")]
+UpstreamOpt = Annotated[str | None, typer.Option("--upstream", help="Upstream vLLM: a directory, an installed package, or vllm==X.Y.Z (downloaded once, cached).")]
+PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter of the kernel stack to introspect/probe (default: this one).")]
+
+
+def _mode(staged: bool, worktree: bool, rev: str | None, installed: bool = False) -> str | None:
+    chosen = [m for m, on in (("staged", staged), ("worktree", worktree), ("rev", rev is not None), ("installed", installed)) if on]
+    if len(chosen) > 1:
+        raise _fail(f"choose one of --staged, --worktree, --rev, --installed (got {', '.join('--' + c for c in chosen)})")
+    return chosen[0] if chosen else None
+
+
+@app.command()
+def review(
+    paths: Annotated[list[str] | None, typer.Argument(help="Narrow the scope to these repo-relative paths or globs.")] = None,
+    staged: ModeStaged = False,
+    worktree: ModeWorktree = False,
+    rev: ModeRev = None,
+    installed: Annotated[bool, typer.Option("--installed", help="Review the port as installed in site-packages.")] = False,
+    repo: RepoOpt = None,
+    upstream: UpstreamOpt = None,
+    base: Annotated[str | None, typer.Option("--base", help="The upstream release the port was last synced to (three-way drift).")] = None,
+    stack: Annotated[Path | None, typer.Option("--stack", help="A stack manifest (evidence --capture-stack) used instead of importing kernels.")] = None,
+    python: PythonOpt = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Comma list of md,json,sarif,junit.")] = "md,json,sarif,junit",
+    output_dir: Annotated[Path | None, typer.Option("--output-dir", help="Where reports go (default: reports/<mode>-<rev>).")] = None,
+    fail_on: Annotated[str, typer.Option("--fail-on", help="error | warning | info | never")] = "error",
+    waivers: Annotated[Path | None, typer.Option("--waivers", help="YAML file of accepted findings.")] = None,
+    generate_waivers: Annotated[Path | None, typer.Option("--generate-waivers", help="Write a starting waivers file for the current findings.")] = None,
+    test: Annotated[str | None, typer.Option("--test", help="Run this command with the snapshot as cwd and first on PYTHONPATH.")] = None,
+    probe: Annotated[bool, typer.Option("--probe", help="Also run the probes for the traced kernels (needs the kernels and a device).")] = False,
+) -> None:
+    """Snapshot the port, trace, introspect, compare and check it, and write the reports."""
+    from metax_audit.pipeline import ReviewOptions
+
+    if fail_on not in ("error", "warning", "info", "never"):
+        raise _fail(f"--fail-on must be error, warning, info or never (got {fail_on!r})")
+    formats = _formats(fmt)
+    mode = _mode(staged, worktree, rev, installed)
+    options = ReviewOptions(
+        mode=mode, repo=repo, rev=rev, paths=tuple(paths or ()), upstream=upstream, base=base, stack=stack,
+        python=python, config_file=config, waivers=waivers, test_command=test, run_probes=probe,
+    )
+    _review_and_render(options, formats, output_dir, fail_on, generate_waivers)
+
+
+def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, *, exit_zero: bool = False) -> None:  # type: ignore[no-untyped-def]
+    with _Guard():
+        from metax_audit.inventory import exit_code, summary_line
+        from metax_audit.pipeline import review as run_review
+        from metax_audit.report import write_reports
+
+        result = run_review(options, _progress(), generate_waivers=generate_waivers is not None)
+        report = result.report
+        out = output_dir or Path("reports") / _run_name(report)
+        written = write_reports(report, out, formats)
+        if generate_waivers is not None and result.generated_waivers is not None:
+            generate_waivers.write_text(result.generated_waivers, encoding="utf-8")
+            written.append(generate_waivers)
+    from metax_audit.cli_render import render_review_summary
+
+    render_review_summary(report, written)
+    typer.echo(summary_line(report), err=True)
+    code = exit_code(report, fail_on)
+    raise typer.Exit(EXIT_CLEAN if exit_zero else code)
+
+
+def _run_name(report) -> str:  # type: ignore[no-untyped-def]
+    snap = report.snapshot
+    label = snap.label if snap.mode == "rev" else snap.mode
+    if snap.mode == "installed":
+        label = "installed"
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in label)
+    return safe if snap.mode != "rev" else f"rev-{safe}"
+
+
+@app.command()
+def trace(
+    backend: Annotated[str, typer.Argument(help="Registered backend name, e.g. FLASHINFER (case-insensitive), or 'all'.")],
+    staged: ModeStaged = False,
+    worktree: ModeWorktree = False,
+    rev: ModeRev = None,
+    repo: RepoOpt = None,
+    upstream: UpstreamOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="text | json")] = "text",
+) -> None:
+    """Print the traced chain of one backend: registration -> builder -> impl -> wrapper -> kernel."""
+    from metax_audit.pipeline import trace_only
+
+    mode = _mode(staged, worktree, rev)
+    with _Guard():
+        chains, _unresolved_total = trace_only(mode=mode, repo=repo, rev=rev, upstream=upstream, backend=backend)
+    from metax_audit.render_trace import chain_to_dict, chain_tree
+
+    if fmt == "json":
+        typer.echo(json.dumps([chain_to_dict(c) for c in chains], indent=2))
+        return
+    from rich.console import Console
+
+    console = Console()
+    for chain in chains:
+        console.print(chain_tree(chain))
+
+
+@app.command()
+def probe(
+    backend: Annotated[str | None, typer.Option("--backend", help="Probe the kernels this backend calls (e.g. flashinfer).")] = None,
+    target: Annotated[str | None, typer.Option("--target", help="A callable MOD:CALLABLE following a family's calling convention.")] = None,
+    family: Annotated[str | None, typer.Option("--family", help="The kernel family of --target (paged-decode, paged-prefill, ragged-prefill, merge-states, h2o-scores).")] = None,
+    probes: Annotated[str, typer.Option("--probes", help="Comma list of probes (default: all that apply).")] = "",
+    device: Annotated[str, typer.Option("--device", help="auto | cuda | cpu")] = "auto",
+    python: PythonOpt = None,
+    output_dir: Annotated[Path, typer.Option("--output-dir", help="Where probe reports go.")] = Path("reports/probes"),
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per probe subprocess.")] = 300.0,
+) -> None:
+    """Run discriminating probes (lse, layout, fp8-scale, dcp, query-count, padding, graph-capture, h2o)."""
+    from metax_audit.pipeline import probe as run_probe
+
+    if bool(backend) == bool(target):
+        raise _fail("give exactly one of --backend NAME or --target MOD:CALLABLE (with --family)")
+    if target and not family:
+        raise _fail("--target needs --family (see `metax-audit probe --help`)")
+    with _Guard():
+        results, written = run_probe(backend=backend, target=target, family=family,
+                                     probes=tuple(p for p in probes.split(",") if p), device=device,
+                                     python=python, output_dir=output_dir, timeout=timeout)
+    from metax_audit.cli_render import render_probe_results
+
+    render_probe_results(results, written)
+    bad = [r for r in results if r.verdict in ("mismatch", "error")]
+    raise typer.Exit(EXIT_FINDINGS if bad else EXIT_CLEAN)
+
+
+@app.command()
+def evidence(
+    capture_stack: Annotated[Path | None, typer.Option("--capture-stack", help="Also write a stack manifest of the traced kernel entry points.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON.")] = False,
+    save: Annotated[Path | None, typer.Option("--save", help="Save the environment record; an existing one is compared first.")] = None,
+    python: PythonOpt = None,
+    repo: RepoOpt = None,
+    rev: ModeRev = None,
+    worktree: ModeWorktree = False,
+) -> None:
+    """Record device, driver, torch/Triton build, CUDA or MACA runtime and kernel package versions."""
+    from metax_audit.pipeline import evidence as run_evidence
+
+    with _Guard():
+        env, changes, manifest = run_evidence(python=python, save=save, capture_stack=capture_stack, repo=repo,
+                                              mode=_mode(False, worktree, rev), rev=rev)
+    from metax_audit.cli_render import render_evidence
+
+    render_evidence(env, changes, manifest, as_json)
+
+
+@app.command()
+def contracts(
+    check: Annotated[bool, typer.Option("--check", help="Rerun each observation's probe here: confirmed, contradicted or not checkable.")] = False,
+    file: Annotated[Path | None, typer.Option("--file", help="Contracts file (default: component-contracts.md of this project).")] = None,
+    python: PythonOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+) -> None:
+    """List the component contracts and their versioned observations; --check re-verifies them."""
+    from metax_audit.pipeline import contracts as run_contracts
+
+    with _Guard():
+        contracts_obj, checks = run_contracts(path=file, check=check, python=python)
+    from metax_audit.cli_render import render_contracts
+
+    render_contracts(contracts_obj, checks, as_json)
+    if check and any(c.status == "contradicted" for c in checks):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command()
+def demo(
+    output_dir: Annotated[Path, typer.Option("--output-dir", help="Where the demo's reports go.")] = Path("reports/demo"),
+    keep: Annotated[Path | None, typer.Option("--keep", help="Build the demo repo here and keep it (default: a temp dir).")] = None,
+) -> None:
+    """Build the bundled demo port as a git repo with staged changes and review it end to end."""
+    import tempfile
+
+    from metax_audit import demo as demo_mod
+    from metax_audit.pipeline import ReviewOptions
+
+    with _Guard():
+        holder = Path(tempfile.mkdtemp(prefix="metax-audit-demo-")) if keep is None else keep
+        repo = demo_mod.build_demo_repo(holder / "vllm-metax-demo" if keep is None else keep)
+        typer.echo(f"demo port repo: {repo} (one commit, staged + unstaged + untracked changes)", err=True)
+    options = ReviewOptions(
+        mode="staged", repo=repo, upstream=str(demo_mod.upstream_root()),
+        extra_path=(demo_mod.stack_root(),), run_probes=False,
+    )
+    try:
+        _review_and_render(options, ("md", "json", "sarif", "junit"), output_dir, "never", None, exit_zero=True)
+    finally:
+        if keep is None:
+            import shutil
+
+            shutil.rmtree(holder, ignore_errors=True)
+
+
+def main() -> None:
+    # Non-TTY and CI runs stay quiet and plain; rich only decorates an interactive terminal.
+    if os.environ.get("CI"):
+        os.environ.setdefault("NO_COLOR", "1")
+    try:
+        app()
+    except KeyboardInterrupt:
+        print("metax-audit: interrupted", file=sys.stderr)
+        sys.exit(130)

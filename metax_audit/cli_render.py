@@ -1,0 +1,100 @@
+# Terminal rendering of results for the CLI (rich tables); the files in reports/ are written by
+# metax_audit.report, this only shows a short summary.
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from metax_audit.models import AuditReport, ProbeResult
+
+_console = Console()
+
+
+def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
+    snap = report.snapshot
+    _console.print(f"[bold]metax-audit review[/bold] {snap.mode} {snap.label} "
+                   f"commit {(snap.commit or 'none')[:12]}{' (dirty)' if snap.dirty else ''}")
+    for note in snap.notes:
+        _console.print(f"  note: {note}")
+    stages = Table(title="stages", show_edge=False)
+    for col in ("stage", "ran", "seconds", "note"):
+        stages.add_column(col)
+    for s in report.stages:
+        stages.add_row(s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", s.note)
+    _console.print(stages)
+    by_cat: Counter[tuple[str, str]] = Counter()
+    for f in report.findings:
+        if not f.waived:
+            by_cat[(f.category.value, f.severity.value)] += 1
+    if by_cat:
+        t = Table(title="findings by category", show_edge=False)
+        for col in ("category", "severity", "count"):
+            t.add_column(col)
+        for (cat, sev), n in sorted(by_cat.items()):
+            t.add_row(cat, sev, str(n))
+        _console.print(t)
+    top = sorted((f for f in report.findings if not f.waived), key=lambda f: (-f.severity.rank, f.location))[:15]
+    for f in top:
+        _console.print(f"  {f.severity.value:7} {f.rule} {f.location}  {f.message}", markup=False, highlight=False)
+    if written:
+        _console.print(f"reports: {', '.join(str(p) for p in written[:6])}{' ...' if len(written) > 6 else ''}")
+
+
+def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]) -> None:
+    t = Table(title="probes", show_edge=False)
+    for col in ("probe", "family", "target", "verdict", "matched", "expected", "worst error", "note"):
+        t.add_column(col)
+    for r in results:
+        err = "" if r.worst_error is None else f"{r.worst_error:.2e}"
+        t.add_row(r.probe, r.family, r.target, r.verdict, r.matched or "", r.expected or "", err, r.skipped_reason or "")
+    _console.print(t)
+    if written:
+        _console.print(f"reports: {', '.join(str(p) for p in written)}")
+
+
+def render_evidence(env: dict[str, Any], changes: Sequence[str], manifest: Path | None, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(env, indent=2, sort_keys=True, default=str))
+    else:
+        t = Table(title="environment", show_edge=False)
+        t.add_column("fact")
+        t.add_column("value")
+        for key, value in sorted(_flatten(env).items()):
+            t.add_row(key, str(value))
+        _console.print(t)
+    for c in changes:
+        _console.print(f"[yellow]changed since the saved record:[/yellow] {c}")
+    if manifest is not None:
+        _console.print(f"stack manifest written: {manifest}")
+
+
+def render_contracts(contracts: Any, checks: Sequence[Any], as_json: bool) -> None:
+    from metax_audit.contracts import contracts_to_dict
+
+    data = contracts_to_dict(contracts, checks)
+    if as_json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        return
+    t = Table(title="observations", show_edge=False)
+    for col in ("id", "component", "version", "device", "claim", "probe", "status"):
+        t.add_column(col)
+    for obs in data.get("observations", []):
+        t.add_row(*(str(obs.get(k, "")) for k in ("id", "component", "version", "device", "claim", "probe", "status")))
+    _console.print(t)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

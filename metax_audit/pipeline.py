@@ -1,0 +1,372 @@
+# The only module that knows the stage order: snapshot -> discover -> trace -> introspect ->
+# compare -> checks -> (probe) -> inventory -> report. Each stage is timed and recorded.
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from metax_audit import __version__
+from metax_audit.config import AuditConfig, load_config
+from metax_audit.errors import AuditError
+from metax_audit.models import (
+    AuditReport,
+    CallSite,
+    Comparison,
+    Discovery,
+    Finding,
+    ProbeResult,
+    SnapshotInfo,
+    StackFacts,
+    StageRecord,
+    TestRun,
+    TraceResult,
+    UpstreamInfo,
+)
+from metax_audit.progress import Progress, QuietProgress
+
+
+@dataclass(frozen=True)
+class ReviewOptions:
+    mode: str | None = None  # None: staged when something is staged, else HEAD
+    repo: Path | None = None
+    rev: str | None = None
+    paths: tuple[str, ...] = ()
+    upstream: str | None = None
+    base: str | None = None
+    stack: Path | None = None  # a captured stack manifest instead of importing kernels
+    python: str | None = None  # target interpreter for introspection and probes
+    extra_path: tuple[Path, ...] = ()  # prepended to the target's sys.path (e.g. the demo's stub stack)
+    static_roots: tuple[Path, ...] = ()  # source trees to read signatures from when import fails
+    config_file: Path | None = None
+    waivers: Path | None = None
+    test_command: str | None = None
+    run_probes: bool = False
+    introspect_timeout: float = 120.0
+    cache_dir: Path | None = None
+    today: _dt.date = field(default_factory=_dt.date.today)
+
+
+@dataclass
+class _Run:
+    """Mutable bookkeeping of one review; only pipeline.py sees it."""
+
+    stages: list[StageRecord] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @contextmanager
+    def stage(self, name: str, progress: Progress, detail: str = "") -> Iterator[list[str]]:
+        progress.stage(name, detail)
+        notes: list[str] = []
+        start = time.perf_counter()
+        yield notes
+        self.stages.append(StageRecord(name, True, round(time.perf_counter() - start, 3), "; ".join(notes)))
+
+    def skipped(self, name: str, why: str) -> None:
+        self.stages.append(StageRecord(name, False, 0.0, why))
+
+
+@dataclass(frozen=True)
+class ReviewResult:
+    report: AuditReport
+    generated_waivers: str | None = None
+
+
+def review(options: ReviewOptions, progress: Progress | None = None, *, generate_waivers: bool = False) -> ReviewResult:
+    from metax_audit import snapshot as snapshot_mod
+
+    progress = progress or QuietProgress()
+    started = time.perf_counter()
+    mode, rev, mode_note = options.mode, options.rev, ""
+    if mode is None:
+        mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
+    run = _Run()
+    try:
+        with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python,
+                                   package=_port_package_hint(options)) as snap:
+            if mode_note:
+                snap = replace(snap, notes=(*snap.notes, mode_note))
+            run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
+                                          f"{snap.mode} {snap.label}, {snap.files} files"))
+            report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
+    finally:
+        progress.done()
+    return ReviewResult(report, waivers_text)
+
+
+def _port_package_hint(options: ReviewOptions) -> str:
+    if options.config_file is not None:
+        return load_config(Path("."), options.config_file).port_package
+    return AuditConfig().port_package
+
+
+def _audit_snapshot(
+    snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
+) -> tuple[AuditReport, str | None]:
+    from metax_audit import discover as discover_mod
+    from metax_audit import trace as trace_mod
+
+    config = load_config(snap.root, options.config_file)
+
+    with run.stage("discover", progress) as notes:
+        discovery = discover_mod.discover(snap.root, config, options.paths)
+        run.findings += discover_mod.registration_findings(discovery)
+        run.findings += discover_mod.coverage_findings(discovery)
+        notes.append(f"{len(discovery.files)} files, {len(discovery.registrations)} registrations")
+
+    upstream = base = None
+    if options.upstream or _installed_upstream_available(config):
+        with run.stage("upstream", progress, options.upstream or config.upstream_package) as notes:
+            from metax_audit.upstream import resolve_upstream
+
+            upstream = resolve_upstream(options.upstream or config.upstream_package, package=config.upstream_package,
+                                        cache_dir=options.cache_dir)
+            if options.base:
+                base = resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
+            notes.append(upstream.source)
+    else:
+        run.skipped("upstream", "no --upstream given and no upstream package installed: compare did not run")
+
+    with run.stage("trace", progress) as notes:
+        trace = trace_mod.trace_backends(discovery, config, upstream.root if upstream else None)
+        if trace.reached_files:
+            discovery = discover_mod.widen(discovery, snap.root, trace.reached_files)
+            run.findings += discover_mod.coverage_findings(
+                replace(discovery, files=tuple(f for f in discovery.files if f.reason == "reached-by-trace")))
+        run.findings += trace_mod.trace_findings(trace)
+        notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
+
+    facts = _introspect(trace, options, run, progress)
+
+    comparison: Comparison | None = None
+    if upstream is not None:
+        with run.stage("compare", progress) as notes:
+            from metax_audit.compare import compare
+
+            comparison, compare_findings = compare(discovery, config, upstream, base)
+            run.findings += compare_findings
+            notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences")
+    else:
+        run.skipped("compare", "no upstream sources")
+
+    with run.stage("checks", progress) as notes:
+        run.findings += _static_checks(snap, discovery, trace, facts, upstream, config, notes)
+
+    probe_results: list[ProbeResult] = []
+    if options.run_probes:
+        with run.stage("probe", progress) as notes:
+            probe_results = _probes_for(trace, options, notes)
+            from metax_audit.probing import probe_findings
+
+            run.findings += probe_findings(probe_results)
+    else:
+        run.skipped("probe", "not requested (review --probe runs the probes the findings name)")
+
+    test_run: TestRun | None = None
+    if options.test_command:
+        with run.stage("test", progress, options.test_command) as notes:
+            from metax_audit.findings import make_finding
+            from metax_audit.models import Location
+            from metax_audit.snapshot import run_test_command
+
+            test_run = run_test_command(options.test_command, snap.root)
+            notes.append(f"exit {test_run.exit_code}")
+            if test_run.exit_code != 0:
+                run.findings.append(make_finding(
+                    "MXA003", Location("."), f"`{test_run.command}` exited {test_run.exit_code} on the snapshot",
+                    (test_run.output_tail[-1500:],)))
+
+    from metax_audit.waivers import apply_waivers
+    from metax_audit.waivers import generate_waivers as gen_waivers
+
+    waivers_path = options.waivers or (snap.root / config.waivers if config.waivers else None)
+    findings, waiver_summary = apply_waivers(run.findings, waivers_path, options.today)
+    waivers_text = gen_waivers(findings) if generate_waivers else None
+
+    environment = _environment_summary(facts, options)
+    from metax_audit.inventory import build_report
+
+    report = build_report(
+        snapshot=snap, discovery=discovery, trace=trace, comparison=comparison, findings=findings,
+        probes=probe_results, stages=run.stages, upstream=upstream, environment=environment,
+        test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers=waiver_summary,
+        tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
+    return report, waivers_text
+
+
+def _installed_upstream_available(config: AuditConfig) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(config.upstream_package) is not None
+
+
+def _introspect(trace: TraceResult, options: ReviewOptions, run: _Run, progress: Progress) -> StackFacts | None:
+    from metax_audit import introspect as introspect_mod
+    from metax_audit.trace import kernel_entry_points
+
+    targets = kernel_entry_points(trace)
+    if options.stack is not None:
+        with run.stage("introspect", progress, f"manifest {options.stack}") as notes:
+            facts = introspect_mod.load_manifest(options.stack)
+            notes.append(f"{len(facts.facts)} callables from manifest captured {facts.captured_at} on {facts.host}")
+            return facts
+    if not targets:
+        run.skipped("introspect", "the trace reached no external kernel entry point")
+        return None
+    with run.stage("introspect", progress, f"{len(targets)} entry points") as notes:
+        facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
+                                          extra_path=options.extra_path, static_roots=options.static_roots)
+        by_status: dict[str, int] = {}
+        for fact in facts.facts.values():
+            by_status[fact.status] = by_status.get(fact.status, 0) + 1
+        notes.append(", ".join(f"{v} {k}" for k, v in sorted(by_status.items())))
+        return facts
+
+
+def _static_checks(
+    snap: SnapshotInfo, discovery: Discovery, trace: TraceResult, facts: StackFacts | None,
+    upstream: UpstreamInfo | None, config: AuditConfig, notes: list[str],
+) -> list[Finding]:
+    from metax_audit.checks import checks_for_review
+
+    found = list(checks_for_review(discovery, trace, facts, upstream, config, _upstream_calls(upstream)))
+    notes.append(f"{len(found)} findings")
+    return found
+
+
+def _upstream_calls(upstream: UpstreamInfo | None) -> Sequence[CallSite]:
+    return ()
+
+
+def _probes_for(trace: TraceResult, options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
+    from metax_audit.probing import run_probes, targets_from_trace
+
+    results: list[ProbeResult] = []
+    for chain in trace.backends:
+        for target, family in targets_from_trace(chain):
+            results += run_probes(target=target, family=family, probes=(), python=options.python,
+                                  extra_path=options.extra_path)
+    notes.append(f"{len(results)} probe results")
+    return results
+
+
+def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> dict:
+    env: dict = {"python": options.python or "current interpreter"}
+    if facts is not None:
+        env["stack_source"] = facts.source
+        env["stack_captured_at"] = facts.captured_at
+        env["stack_host"] = facts.host
+        env["distributions"] = facts.distributions
+    return env
+
+
+def ensure_not_empty(report: AuditReport) -> None:
+    if report.coverage.in_scope == 0:
+        raise AuditError("no file of the port is in scope: is --repo the port's checkout, and is port-package right?")
+
+
+def _snapshot_for(mode: str | None, repo: Path | None, rev: str | None):  # type: ignore[no-untyped-def]
+    from metax_audit import snapshot as snapshot_mod
+
+    if mode is None:
+        mode, rev, _ = snapshot_mod.default_mode(repo)
+    return snapshot_mod.snapshot(mode, repo, rev)
+
+
+def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream: str | None,
+               backend: str) -> tuple[list, int]:
+    """`metax-audit trace`: snapshot -> discover -> trace, returning the chains asked for."""
+    from metax_audit import discover as discover_mod
+    from metax_audit import trace as trace_mod
+
+    with _snapshot_for(mode, repo, rev) as snap:
+        config = load_config(snap.root)
+        discovery = discover_mod.discover(snap.root, config)
+        up_root = None
+        if upstream:
+            from metax_audit.upstream import resolve_upstream
+
+            up_root = resolve_upstream(upstream, package=config.upstream_package).root
+        result = trace_mod.trace_backends(discovery, config, up_root)
+    if backend.lower() == "all":
+        chains = list(result.backends)
+    else:
+        chains = [c for c in result.backends if c.name.lower() == backend.lower()
+                  or c.class_path.rsplit(".", 1)[-1].lower() == backend.lower()]
+    if not chains:
+        names = ", ".join(sorted(c.name for c in result.backends)) or "none"
+        raise AuditError(f"no registered backend named {backend!r} (registered: {names})")
+    return chains, sum(len(c.unresolved) for c in chains)
+
+
+def probe(*, backend: str | None, target: str | None, family: str | None, probes: Sequence[str], device: str,
+          python: str | None, output_dir: Path, timeout: float) -> tuple[list[ProbeResult], list[Path]]:
+    """`metax-audit probe`: pick targets, run each probe in its own subprocess, write the results."""
+    from metax_audit import evidence as evidence_mod
+    from metax_audit import probing
+
+    pairs = [(target, family)] if target else probing.backend_targets(backend or "")
+    if not pairs:
+        raise AuditError(f"no probe targets known for backend {backend!r} (known: {', '.join(probing.KNOWN_BACKENDS)})")
+    results: list[ProbeResult] = []
+    for tgt, fam in pairs:
+        results += probing.run_probes(target=tgt, family=fam, probes=probes, device=device, timeout=timeout, python=python)
+    env = evidence_mod.collect_environment(python=python)
+    written = probing.write_probe_reports(results, env, output_dir)
+    return results, written
+
+
+def evidence(*, python: str | None, save: Path | None, capture_stack: Path | None, repo: Path | None,
+             mode: str | None, rev: str | None) -> tuple[dict, list[str], Path | None]:
+    """`metax-audit evidence`: the environment record, compared with a saved one; optionally the stack manifest."""
+    from metax_audit import evidence as evidence_mod
+
+    env = evidence_mod.collect_environment(python=python)
+    changes: list[str] = []
+    if save is not None:
+        if save.exists():
+            changes = evidence_mod.diff_environment(evidence_mod.load_environment(save), env)
+        evidence_mod.save_environment(env, save)
+    if capture_stack is not None:
+        from metax_audit import discover as discover_mod
+        from metax_audit import introspect as introspect_mod
+        from metax_audit import trace as trace_mod
+
+        with _snapshot_for(mode, repo, rev) as snap:
+            config = load_config(snap.root)
+            result = trace_mod.trace_backends(discover_mod.discover(snap.root, config), config, None)
+        facts = introspect_mod.introspect(trace_mod.kernel_entry_points(result), python=python)
+        introspect_mod.write_manifest(facts, capture_stack)
+    return env, changes, capture_stack
+
+
+def default_contracts_path() -> Path:
+    return Path(__file__).resolve().parent.parent / "component-contracts.md"
+
+
+def contracts(*, path: Path | None, check: bool, python: str | None) -> tuple[object, list]:
+    """`metax-audit contracts`: list observations; with check, rerun each observation's probe here."""
+    from metax_audit import contracts as contracts_mod
+
+    file = path or default_contracts_path()
+    if not file.is_file():
+        raise AuditError(f"contracts file {file} not found (pass --file)")
+    loaded = contracts_mod.load_contracts(file)
+    checks: list = []
+    if check:
+        from metax_audit import evidence as evidence_mod
+        from metax_audit import probing
+
+        env = evidence_mod.collect_environment(python=python)
+        installed = {k: v.get("version", "") if isinstance(v, dict) else str(v)
+                     for k, v in env.get("packages", {}).items()}
+
+        def run_probe(target: str, family: str, probe_name: str) -> ProbeResult:
+            return probing.run_probes(target=target, family=family, probes=(probe_name,), python=python)[0]
+
+        checks = contracts_mod.check_contracts(loaded, run_probe=run_probe, installed_versions=installed)
+    return loaded, checks
