@@ -160,3 +160,27 @@ def test_test_command_runs_against_the_snapshot_not_the_worktree(repo: Path) -> 
         assert run.exit_code == 0 and "staged" in run.output_tail and "unstaged" not in run.output_tail
         missing = run_test_command("python -c 'import pkg.new'", snap.root)
         assert missing.exit_code != 0  # the untracked module must not satisfy the import
+
+
+def test_installed_distribution_is_located_without_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    pkg = site / "fakeport"
+    pkg.mkdir(parents=True)
+    # importing the package would fail loudly: the snapshot must only copy it
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported!')\n")
+    (pkg / "platform.py").write_text("P = 1\n")
+    dist = site / "fakeport-1.2.3+metax3.8.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeport\nVersion: 1.2.3+metax3.8\n")
+    (dist / "WHEEL").write_text("Wheel-Version: 1.0\nTag: cp311-cp311-linux_x86_64\n")
+    (dist / "top_level.txt").write_text("fakeport\n")
+    (dist / "RECORD").write_text(
+        "fakeport/__init__.py,,\nfakeport/platform.py,,\nfakeport-1.2.3+metax3.8.dist-info/WHEEL,,\n"
+        "fakeport-1.2.3+metax3.8.dist-info/METADATA,,\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    with snapshot("installed", package="fakeport") as snap:
+        assert (snap.root / "fakeport" / "platform.py").read_text() == "P = 1\n"
+        assert "1.2.3+metax3.8" in snap.label and "cp311-cp311-linux_x86_64" in snap.label
+    with pytest.raises(SnapshotError, match="no installed distribution"), snapshot("installed", package="nosuchport_xyz"):
+        pass
