@@ -368,3 +368,6 @@ class AuditReport:
     wall_seconds: float = 0.0
     waivers: dict[str, Any] = field(default_factory=dict)
     schema: str = "metax-audit/report/v1"
+    base: UpstreamInfo | None = None
+    # Every LSE/layout/scale flow from a producing kernel call to a consumer, as plain dicts.
+    dataflow: tuple[dict[str, Any], ...] = ()  # the release the port was last synced to (three-way view), when given

@@ -139,7 +139,7 @@ def _audit_snapshot(
         run.findings += trace_mod.trace_findings(trace)
         notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
 
-    facts = _introspect(trace, options, run, progress)
+    facts = _introspect(discovery, trace, config, options, run, progress)
 
     comparison: Comparison | None = None
     if upstream is not None:
@@ -153,7 +153,17 @@ def _audit_snapshot(
         run.skipped("compare", "no upstream sources")
 
     with run.stage("checks", progress) as notes:
-        run.findings += _static_checks(snap, discovery, trace, facts, upstream, config, notes)
+        from metax_audit.checks import checks_for_review
+
+        found = list(checks_for_review(discovery, trace, facts, upstream_calls=_upstream_calls(upstream)))
+        run.findings += found
+        notes.append(f"{len(found)} findings")
+
+    flows: list = []
+    with run.stage("dataflow", progress) as notes:
+        flows, flow_findings, flow_unresolved = _dataflow(discovery, config)
+        run.findings += flow_findings
+        notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")
 
     probe_results: list[ProbeResult] = []
     if options.run_probes:
@@ -195,7 +205,14 @@ def _audit_snapshot(
         test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers=waiver_summary,
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
+    report = replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
     return report, waivers_text
+
+
+def _flow_dict(flow: object) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(flow) if dataclasses.is_dataclass(flow) and not isinstance(flow, type) else {"flow": str(flow)}
 
 
 def _installed_upstream_available(config: AuditConfig) -> bool:
@@ -204,11 +221,12 @@ def _installed_upstream_available(config: AuditConfig) -> bool:
     return importlib.util.find_spec(config.upstream_package) is not None
 
 
-def _introspect(trace: TraceResult, options: ReviewOptions, run: _Run, progress: Progress) -> StackFacts | None:
+def _introspect(
+    discovery: Discovery, trace: TraceResult, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress
+) -> StackFacts | None:
     from metax_audit import introspect as introspect_mod
-    from metax_audit.trace import kernel_entry_points
 
-    targets = kernel_entry_points(trace)
+    targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules)
     if options.stack is not None:
         with run.stage("introspect", progress, f"manifest {options.stack}") as notes:
             facts = introspect_mod.load_manifest(options.stack)
@@ -227,15 +245,16 @@ def _introspect(trace: TraceResult, options: ReviewOptions, run: _Run, progress:
         return facts
 
 
-def _static_checks(
-    snap: SnapshotInfo, discovery: Discovery, trace: TraceResult, facts: StackFacts | None,
-    upstream: UpstreamInfo | None, config: AuditConfig, notes: list[str],
-) -> list[Finding]:
-    from metax_audit.checks import checks_for_review
+def _dataflow(discovery: Discovery, config: AuditConfig) -> tuple[list, list[Finding], list]:
+    """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
+    from metax_audit.checks.dataflow import check_dataflow
+    from metax_audit.contracts import load_contracts
 
-    found = list(checks_for_review(discovery, trace, facts, upstream, config, _upstream_calls(upstream)))
-    notes.append(f"{len(found)} findings")
-    return found
+    contracts_path = default_contracts_path()
+    if not contracts_path.is_file():
+        return [], [], []
+    files = [f.path for f in discovery.files if f.parse_error is None]
+    return check_dataflow(discovery.root, files, load_contracts(contracts_path), port_package=config.port_package)
 
 
 def _upstream_calls(upstream: UpstreamInfo | None) -> Sequence[CallSite]:

@@ -1,0 +1,189 @@
+# Rule `claim`: comments that state a capability ("does not support", "supported", "contiguous",
+# "cannot", "only ...") paired with the code they sit on, and whether that code enforces them.
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from metax_audit.findings import make_finding, rule
+from metax_audit.models import Category, Discovery, Finding, Location, Severity
+
+rule("MXA140", Category.CLAIM, Severity.INFO, "capability claim is only a comment",
+     "The comment states what the code supports, but the statement it sits on neither raises, asserts nor switches "
+     "a feature off: nothing stops a caller from using the unsupported case. Enforce it or confirm it with a probe.")
+rule("MXA141", Category.CLAIM, Severity.INFO, "capability claim is enforced by the code it describes",
+     "The statement under the comment raises, asserts or switches the feature off; the evidence names the line.")
+rule("MXA142", Category.CLAIM, Severity.WARNING, "comment says a feature is unsupported but the code uses it",
+     "A name the comment lists as unsupported is used by code in the same file; either the comment is stale or the "
+     "code reaches a path the vendor stack cannot serve.")
+
+# A claim states a capability; the groups keep the matched phrase for the evidence.
+_CLAIM = re.compile(
+    r"\b(?:(?:does|do|did|will|would|can|could|is|are)\s*(?:not|n't)\s+(?:yet\s+)?(?:support|handle|work|express|be\s+supported)\w*"
+    r"|won't\s+support\w*|not\s+(?:yet\s+)?(?:supported|implemented|available)|unsupported|cannot|can't"
+    r"|only\s+(?:supports?|works?|handles?|accepts?)|(?:is|are|now|also|fully)\s+supported|supports?\s+only"
+    r"|(?:non-)?contiguous)\b",
+    re.IGNORECASE,
+)
+_NEGATIVE = re.compile(r"not|n't|unsupported|cannot|can't", re.IGNORECASE)
+# Names a negative claim lists: `backticked` identifiers, or bullet items ("- Name", "* name").
+_IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?:^|\s)[-*]\s+([A-Za-z_][\w.]*)\b(?=\s|$)")
+_FENCE = re.compile(r"[-=_~/\\|<>*]{3,}")
+_SPAN = 25  # lines of the paired statement inspected for enforcement
+
+
+@dataclass(frozen=True)
+class Claim:
+    line: int  # first comment line
+    end: int  # last comment line
+    text: str
+    phrase: str
+    trailing: bool
+
+
+def _comments(source: str) -> list[tuple[int, str, bool]]:
+    out: list[tuple[int, str, bool]] = []
+    code_on: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                out.append((tok.start[0], tok.string.lstrip("#").strip(), tok.start[0] in code_on))
+            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING):
+                code_on.update(range(tok.start[0], tok.end[0] + 1))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return out
+
+
+def _is_code(text: str) -> bool:
+    """Commented-out code is not a claim (`# return use_cascade(*args)`)."""
+    if not any(c in text for c in "()=[]"):
+        return False
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
+
+
+def claims_in(source: str) -> list[Claim]:
+    blocks: list[list[tuple[int, str, bool]]] = []
+    for line, text, trailing in _comments(source):
+        if not trailing and blocks and not blocks[-1][-1][2] and blocks[-1][-1][0] == line - 1:
+            blocks[-1].append((line, text, trailing))
+        else:
+            blocks.append([(line, text, trailing)])
+    out = []
+    for block in blocks:
+        texts = [_FENCE.sub(" ", t).strip() for _, t, _ in block if t and not _is_code(t) and "http" not in t and "SPDX" not in t]
+        texts = [t for t in texts if t]
+        joined = " ".join(texts)
+        m = _CLAIM.search(joined)
+        if m:
+            out.append(Claim(block[0][0], block[-1][0], joined, m.group(0), block[0][2]))
+    return out
+
+
+def _statement_after(tree: ast.Module, claim: Claim) -> ast.stmt | None:
+    """The statement a comment describes: the one on its line (trailing) or the next one below."""
+    best: ast.stmt | None = None
+    best_first = 0
+    for node in ast.walk(tree):  # breadth first: on a tie the outermost statement wins
+        if not isinstance(node, ast.stmt):
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        if claim.trailing:
+            if first <= claim.line <= (node.end_lineno or node.lineno) and (best is None or first > best_first):
+                best, best_first = node, first
+        elif first > claim.end and (best is None or first < best_first):
+            best, best_first = node, first
+    return best
+
+
+def _enforcement(stmt: ast.stmt, claim: Claim) -> tuple[int, str] | None:
+    """(line, what) of a raise, assert or feature switch within the statement, else None."""
+    limit = stmt.lineno + _SPAN
+    contiguous = "contiguous" in claim.phrase.lower()
+    for node in ast.walk(stmt):
+        line = getattr(node, "lineno", 0)
+        if line > limit:
+            continue
+        if isinstance(node, ast.Raise):
+            return line, "raise " + (ast.unparse(node.exc)[:80] if node.exc else "")
+        if isinstance(node, ast.Assert):
+            return line, "assert " + ast.unparse(node.test)[:80]
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and node.value.value in (False, None):
+            return line, f"return {node.value.value!r} (feature switched off)"
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant) \
+                and node.value.value in (True, False, None, 0) and not contiguous:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            return line, f"{ast.unparse(target)} = {node.value.value!r} (switch)"
+        if contiguous and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in {"contiguous", "is_contiguous"}:
+            return line, ast.unparse(node)[:80]
+    return None
+
+
+def _uses(tree: ast.Module) -> dict[str, list[int]]:
+    uses: dict[str, list[int]] = {}
+    for node in ast.walk(tree):
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if name:
+            uses.setdefault(name, []).append(node.lineno)
+        elif isinstance(node, ast.alias):
+            uses.setdefault(node.name.split(".")[-1], []).append(node.lineno)
+    return uses
+
+
+def check_claims(discovery: Discovery) -> Iterator[Finding]:
+    for f in discovery.files:
+        if f.parse_error is not None:
+            continue
+        try:
+            source = (discovery.root / f.path).read_text(encoding="utf-8", errors="replace")
+            tree = ast.parse(source)
+        except (OSError, SyntaxError):
+            continue
+        yield from _file_claims(f.path, source, tree, discovery.root)
+
+
+def _file_claims(path: str, source: str, tree: ast.Module, root: Path) -> Iterator[Finding]:
+    lines = source.splitlines()
+    uses: dict[str, list[int]] | None = None
+    for claim in claims_in(source):
+        listed = ""
+        stmt = _statement_after(tree, claim)
+        comment = f"comment: {path}:{claim.line}: # {claim.text[:200]}"
+        loc = Location(path, claim.line, f"claim:{claim.phrase.lower()}")
+        if _NEGATIVE.search(claim.phrase):
+            uses = uses if uses is not None else _uses(tree)
+            # only what follows the phrase is its object ("does not support: - A"); "`k` cannot
+            # handle unaligned starts" limits k, it does not declare k unsupported
+            after = claim.text[claim.text.find(claim.phrase) + len(claim.phrase):]
+            named = {a or b for a, b in _IDENT.findall(after)}
+            used = {n: [ln for ln in uses.get(n.split(".")[-1], []) if not claim.line <= ln <= claim.end]
+                    for n in named}
+            used = {n: ls for n, ls in used.items() if ls}
+            if named and not used:
+                listed = f"names listed as unsupported ({', '.join(sorted(named))}) are not used by code in {path}"
+            if used:
+                ev = [comment, *(f"used: {path}:{ln}: {lines[ln - 1].strip()}" for n in sorted(used) for ln in used[n][:3])]
+                yield make_finding("MXA142", loc, f"comment says {', '.join(sorted(used))} unsupported ({claim.phrase!r}), but code uses it", ev)
+                continue
+        if stmt is None:
+            yield make_finding("MXA140", loc, f"claim {claim.phrase!r} has no code under it", [comment])
+            continue
+        code = f"code: {path}:{stmt.lineno}: {lines[stmt.lineno - 1].strip()}"
+        enforced = _enforcement(stmt, claim)
+        if enforced is None:
+            yield make_finding("MXA140", loc, f"claim {claim.phrase!r} is not enforced by the code it describes (line {stmt.lineno})",
+                               [comment, code, *([listed] if listed else [])])
+        else:
+            line, what = enforced
+            yield make_finding("MXA141", loc, f"claim {claim.phrase!r} enforced at line {line}: {what}",
+                               [comment, code, f"enforced: {path}:{line}: {lines[line - 1].strip()}"])

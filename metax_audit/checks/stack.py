@@ -1,0 +1,81 @@
+# Shared pieces of the checks against the installed kernel stack (signature, kwargs, import,
+# graph-capture, claim) and `run_checks`, the one entry point that chains them for the pipeline.
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from metax_audit.models import CallableFact, CallSite, Discovery, Finding, StackFacts, TraceResult
+
+
+def usable(fact: CallableFact | None) -> bool:
+    """A fact we can check a call against: a known parameter list, however it was obtained."""
+    return fact is not None and fact.status == "ok" and fact.params is not None
+
+
+def installed_text(fact: CallableFact, facts: StackFacts) -> str:
+    """`module.qualname(signature)  [source, dist version]` - the installed side of the evidence."""
+    origin = fact.source
+    if facts.source.startswith("manifest:"):
+        origin += f" via {facts.source}"
+    dist = " ".join(x for x in (fact.distribution, fact.version) if x)
+    where = f" at {Path(fact.sourcefile).name}:{fact.line}" if fact.sourcefile and fact.line else ""
+    return f"installed: {fact.target}{fact.signature or '(?)'}  [{origin}{', ' + dist if dist else ''}]{where}"
+
+
+@lru_cache(maxsize=256)
+def _lines(path: str) -> tuple[str, ...]:
+    try:
+        return tuple(Path(path).read_text(encoding="utf-8", errors="replace").splitlines())
+    except OSError:
+        return ()
+
+
+def source_line(root: Path, rel: str, line: int) -> str:
+    lines = _lines(str(root / rel))
+    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def call_text(root: Path, call: CallSite) -> str:
+    """`path:line: text` of the call as written in the snapshot (the port side of the evidence)."""
+    text = source_line(root, call.location.path, call.location.line) or call.callee_text + "(...)"
+    return f"call: {call.location}: {text}"
+
+
+def checked_calls(trace: TraceResult) -> list[CallSite]:
+    """Every call site once (backend chains and the file-wide list overlap)."""
+    seen: dict[tuple[str, int, str, str | None], CallSite] = {}
+    for call in [*trace.calls, *(c for b in trace.backends for c in b.calls)]:
+        seen.setdefault((call.location.path, call.location.line, call.callee_text, call.resolved), call)
+    return sorted(seen.values(), key=lambda c: (c.location.path, c.location.line, c.callee_text))
+
+
+def installed_calls(root: Path, trace: TraceResult, facts: StackFacts, prefix: str = "") -> list[tuple[str, str]]:
+    """Each call site with a fact, the installed side beside it: (call text, installed text), for the
+    report's "call site vs installed kernel" table (prefix narrows it, e.g. "flashinfer.")."""
+    out = []
+    for call in checked_calls(trace):
+        fact = facts.facts.get(call.resolved or "")
+        if fact is None or not (call.resolved or "").startswith(prefix):
+            continue
+        installed = installed_text(fact, facts) if usable(fact) else f"installed: {fact.target} <{fact.status}: {fact.error or ''}>"
+        out.append((call_text(root, call), installed))
+    return out
+
+
+def run_checks(
+    discovery: Discovery,
+    trace: TraceResult,
+    facts: StackFacts,
+    *,
+    upstream_calls: Sequence[CallSite] = (),
+) -> Iterator[Finding]:
+    """All stack checks in a fixed order: signature, kwargs-swallowed, import, graph-capture, claim."""
+    from metax_audit.checks import claims, graph_capture, imports, kwargs, signatures
+
+    yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls)
+    yield from kwargs.check_kwargs(discovery.root, trace, facts)
+    yield from imports.check_imports(discovery, facts)
+    yield from graph_capture.check_graph_capture(discovery, trace)
+    yield from claims.check_claims(discovery)

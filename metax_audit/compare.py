@@ -1,0 +1,917 @@
+# Structural comparison of each port file with its upstream counterpart (and, with a base
+# release, of what upstream changed that the port did not follow); differences are classified.
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from metax_audit.comments import Comment, CommentMap, iter_statements, read_comments
+from metax_audit.config import AuditConfig
+from metax_audit.counterparts import (
+    FileCounterpart,
+    map_classes,
+    map_file,
+    module_of,
+    read_registry,
+    registered_members,
+)
+from metax_audit.findings import make_finding, rule
+from metax_audit.models import (
+    Category,
+    Comparison,
+    Difference,
+    Discovery,
+    FileComparison,
+    Finding,
+    Location,
+    Severity,
+    UpstreamInfo,
+)
+from metax_audit.pysource import read_source
+
+R_UNDECLARED = rule(
+    "MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING,
+    "port differs from its upstream counterpart without a declaration",
+    "The port changes, adds or removes code relative to the upstream file it follows, and no "
+    "'Metax Modification' block or comment directly above says why. Declare the change with its "
+    "reason (and the probe or test that proves it), or waive it in the waivers file.",
+).id
+R_ARCH = rule(
+    "MXA202", Category.ARCH_CHECK, Severity.WARNING,
+    "NVIDIA architecture/capability check kept, added or removed in the port",
+    "An is_device_capability / has_device_capability / SM-number check answers a question about "
+    "NVIDIA GPUs; on the vendor device it is either meaningless or decided by whatever capability "
+    "the platform reports. Replace it with a vendor feature query, or declare why the number applies.",
+).id
+R_DRIFT = rule(
+    "MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING,
+    "upstream changed this between the base and target release and the port did not follow",
+    "Between the base release the port was synced to and the target release, upstream added or "
+    "changed a method, signature, default or kernel argument. The port still has the old form. "
+    "Take the change, or declare why the vendor kernel cannot.",
+).id
+R_DRIFT_TAKEN = rule(
+    "MXA204", Category.UPSTREAM_DRIFT, Severity.INFO,
+    "upstream change between base and target release is followed by the port",
+    "Recorded so the reviewer sees which upstream changes the sync took.",
+).id
+R_VENDOR_ONLY = rule(
+    "MXA205", Category.COVERAGE, Severity.INFO,
+    "port file has no upstream counterpart (vendor-only)",
+    "No upstream file exists at the mapped path, in the config's path_map, or for the backend enum "
+    "member the file registers. It is audited on its own; add a path_map entry if it was moved.",
+).id
+R_UNREADABLE = rule(
+    "MXA206", Category.COVERAGE, Severity.WARNING,
+    "port file or its upstream counterpart could not be compared",
+    "One side could not be read or parsed, so no differences were computed for this file.",
+).id
+
+# Calls that ask about an NVIDIA architecture; names only, the receiver does not matter.
+ARCH_CALLS = frozenset({
+    "is_device_capability", "has_device_capability", "get_device_capability",
+    "is_device_capability_family", "supports_compute_capability", "DeviceCapability",
+    "is_blackwell", "is_hopper", "is_sm90", "is_sm100", "is_sm100f_supported",
+})
+# Superset of every ARCH_CALLS name and SM string, searched once over the whole file text.
+_ARCH_TEXT = re.compile(r"capabilit|hopper|blackwell|sm_?\d", re.IGNORECASE)
+_SM_TEXT = re.compile(r"\bsm_?(?:[6-9]\d|1[0-2]\d)[a-z]?\b", re.IGNORECASE)
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warning_once", "info_once", "debug_once", "error", "exception"})
+_CLASS_ATTR_METHODS = re.compile(r"^(get_supported_\w+|supports_\w+|get_supported_kernel_block_sizes|get_min_block_size)$")
+
+ACTIONS: dict[str, tuple[str, str]] = {
+    # kind -> (action, validation); the action follows from what the evidence shows.
+    "vendor-kernel-import": (
+        "keep if the vendor callable implements the same contract; confirm every argument the call sites pass is accepted",
+        "signature check of the vendor callable; probe the kernel family it implements",
+    ),
+    "arch-check": (
+        "replace the NVIDIA capability test with a vendor feature query, or state which vendor capability value makes it correct",
+        "record current_platform.get_device_capability() on the vendor device; port tests on both sides of the check",
+    ),
+    "feature-disabled": (
+        "declare it and reject the configuration up front (platform check_and_update_config) instead of failing mid-forward",
+        "port tests: the disabled path raises a clear error; the enabled paths still pass",
+    ),
+    "fallback-added": (
+        "document the condition that selects the fallback and which kernel each branch calls",
+        "probe both branches (same inputs, both paths) against the reference",
+    ),
+    "argument-commented-out": (
+        "check the installed vendor kernel: restore the argument if it now exists, otherwise declare what the default implies",
+        "signature check of the kernel; probe the semantics the argument controls",
+    ),
+    "upstream-not-followed": (
+        "take the upstream change, or declare why the vendor kernel cannot support it",
+        "port tests on the changed path; signature check where a kernel argument changed",
+    ),
+    "signature-changed": (
+        "check every caller passes the port's parameters; declare the reason",
+        "signature check; port tests",
+    ),
+    "class-attribute": (
+        "confirm the vendor kernel supports exactly the listed values (dtypes, kv-cache dtypes, block/head sizes)",
+        "probe with each listed value (layout, fp8-scale) on the vendor device",
+    ),
+    "call-changed": (
+        "confirm the changed arguments match the vendor kernel's contract",
+        "signature check; probe the kernel family",
+    ),
+    "added": ("declare why the port needs it", "port tests covering the added code"),
+    "removed": ("declare why the port drops it (vendor kernel lacks the feature?)", "port tests; signature check"),
+    "changed": ("declare the reason for the vendor change", "port tests on the changed path"),
+    "cosmetic": ("none", "none"),
+}
+
+
+@dataclass
+class _Tok:
+    key: str
+    node: ast.AST  # shallow copy (sub-bodies emptied)
+    line: int
+    end: int
+    depth: int
+    arch: bool = False  # holds a capability check (set once, text-prefiltered)
+
+
+@dataclass
+class _Side:
+    path: str
+    text: str
+    tree: ast.Module
+    comments: CommentMap
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    attrs: dict[str, ast.stmt] = field(default_factory=dict)  # "Cls.name" or "name" (module)
+    imports: dict[str, tuple[str, int]] = field(default_factory=dict)  # bound name -> (module, line)
+    order: list[str] = field(default_factory=list)  # member qualnames in file order
+    other: list[ast.stmt] = field(default_factory=list)  # remaining module-level statements
+    rename: dict[str, str] = field(default_factory=dict)  # port class -> upstream class, where they differ
+    arch_lines: frozenset[int] = frozenset()  # lines whose text could hold a capability check
+    lines: list[str] = field(default_factory=list)
+    import_ends: dict[int, int] = field(default_factory=dict)  # import statement line -> last line
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def compare(
+    discovery: Discovery,
+    config: AuditConfig,
+    upstream: UpstreamInfo | None,
+    base: UpstreamInfo | None = None,
+) -> tuple[Comparison, list[Finding]]:
+    """Compare each in-scope port file with its upstream counterpart; with `base`, three-way."""
+    findings: list[Finding] = []
+    files: list[FileComparison] = []
+    drift_all: list[Difference] = []
+    up_root = upstream.root if upstream else None
+    registry = read_registry(up_root, config.upstream_package)
+    # Registrations discover found (decorators and platform calls), keyed by the file holding the class.
+    by_file: dict[str, dict[str, str]] = {}
+    for r in discovery.registrations:
+        if r.kind in {"attention-backend", "decorator"} and r.resolved_path:
+            member = r.name if "." in r.name else f"AttentionBackendEnum.{r.name}"
+            by_file.setdefault(r.resolved_path, {})[r.class_path.rsplit(".", 1)[-1]] = member
+    for src in discovery.files:
+        if not src.path.endswith(".py"):
+            continue
+        if src.parse_error:  # discover already reported it (MXA001 / MXA002)
+            files.append(FileComparison(src.path, None, vendor_only=False))
+            continue
+        port = _load(discovery.root / src.path, src.path, config)
+        if port is None:
+            files.append(FileComparison(src.path, None, vendor_only=False))
+            findings.append(make_finding(R_UNREADABLE, Location(src.path), f"{src.path} could not be parsed; not compared"))
+            continue
+        registered = registered_members(port.tree)
+        registered.update({c: m for c, m in by_file.get(src.path, {}).items() if c in port.classes})
+        cp = map_file(src.path, config, up_root, registered, registry)
+        if up_root is None:
+            files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
+            continue
+        if cp.vendor_only:
+            files.append(FileComparison(src.path, None, vendor_only=True, declared_blocks=len(port.comments.blocks)))
+            findings.append(make_finding(
+                R_VENDOR_ONLY, Location(src.path), f"{src.path} has no upstream counterpart in {upstream.package if upstream else 'upstream'} {upstream.version if upstream else ''}".strip(),
+                [f"no {cp.upstream_path or 'mapped path'} under upstream; no registered enum member points to an upstream file"],
+            ))
+            continue
+        up = _load(up_root / (cp.upstream_path or ""), cp.upstream_path or "", config, port_side=False)
+        if up is None:
+            files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
+            findings.append(make_finding(R_UNREADABLE, Location(src.path), f"upstream counterpart {cp.upstream_path} could not be read or parsed"))
+            continue
+        up_module = module_of(cp.upstream_path or "")
+        class_map = map_classes(port.classes, up.classes, config, up_module, registered, registry)
+        port.rename = {k: v for k, v in class_map.items() if k != v}
+        _rename_in_place(port.tree, port.rename)
+        _index(port, class_map)
+        base_file = base.root / (cp.upstream_path or "") if base is not None and base.root is not None else None
+        if base_file is not None and _same_text(base_file, up.text):
+            base_file = None  # upstream did not touch this file between the releases
+        base_side = _load(base_file, cp.upstream_path or "", config, port_side=False) if base_file is not None else None
+        diffs = list(_compare_pair(port, up, cp, base_side))
+        if base_side is not None:
+            drift = list(_three_way(port, up, base_side, cp))
+            diffs = _reclassify_followed(diffs, drift)
+            # Hunks the port kept in the base form belong to the three-way view too.
+            seen = {(d.symbol, d.line) for d in drift}
+            drift += [d for d in diffs if d.kind == "upstream-not-followed" and (d.symbol, d.line) not in seen]
+            drift_all.extend(drift)
+            findings.extend(_drift_findings(drift, cp, upstream, base))
+        diffs.sort(key=lambda d: (d.line, d.kind, d.symbol))
+        files.append(FileComparison(
+            src.path, cp.upstream_path, vendor_only=False, class_map=dict(class_map),
+            differences=tuple(diffs), declared_blocks=len(port.comments.blocks),
+        ))
+        findings.extend(_difference_findings(diffs, cp))
+    # A member-level change shows up both as a difference and as drift: report it once.
+    unique = list({f.id: f for f in findings}.values())
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift_all)), unique
+
+
+# ---------------------------------------------------------------- loading and indexing
+
+
+def _load(path: Path, rel: str, config: AuditConfig, port_side: bool = True) -> _Side | None:
+    src = read_source(path.parent, path.name, config.max_file_bytes)
+    if src.tree is None or src.text is None:
+        return None
+    text, tree = src.text, src.tree
+    # Upstream comments only serve to recognise comments the port copied: a line scan is enough.
+    comments = read_comments(text, config.modification_markers, tree) if port_side else _rough_comments(text)
+    side = _Side(rel, text, tree, comments, lines=text.splitlines())
+    # A cheap text prefilter: only statements on these lines are walked for capability checks.
+    side.arch_lines = _match_lines(text, _ARCH_TEXT)
+    if not port_side:
+        _index(side, {})
+    else:
+        side.classes = {n.name: n for n in iter_statements(tree.body) if isinstance(n, ast.ClassDef)}
+    return side
+
+
+def _match_lines(text: str, pattern: re.Pattern[str]) -> frozenset[int]:
+    lines: set[int] = set()
+    line, pos = 1, 0
+    for m in pattern.finditer(text):
+        line += text.count("\n", pos, m.start())
+        pos = m.start()
+        lines.add(line)
+    return frozenset(lines)
+
+
+def _same_text(path: Path, text: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _rough_comments(text: str) -> CommentMap:
+    found: dict[int, Comment] = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        at = line.find("#")
+        if at >= 0:
+            found[i] = Comment(i, line[at + 1 :].strip(), trailing=bool(line[:at].strip()))
+    return CommentMap(found, (), frozenset())
+
+
+def _index(side: _Side, class_map: dict[str, str]) -> None:
+    """Fill the member tables, naming port classes by their upstream counterpart."""
+    side.classes, side.funcs, side.attrs, side.imports, side.order, side.other = {}, {}, {}, {}, [], []
+    for node in iter_statements(side.tree.body):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                module = "." * node.level + (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
+                side.imports.setdefault(bound, (module, node.lineno))
+            side.import_ends[node.lineno] = node.end_lineno or node.lineno
+
+    def visit(body: list[ast.stmt], prefix: str, in_class: bool) -> None:
+        for stmt in body:
+            if isinstance(stmt, ast.ClassDef):
+                name = prefix + class_map.get(stmt.name, stmt.name)
+                side.classes[name] = stmt
+                side.order.append(name)
+                visit(stmt.body, name + ".", True)
+            elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                side.funcs[prefix + stmt.name] = stmt
+                side.order.append(prefix + stmt.name)
+            elif isinstance(stmt, ast.Assign | ast.AnnAssign) and _target_name(stmt):
+                side.attrs[prefix + _target_name(stmt)] = stmt
+                side.order.append(prefix + _target_name(stmt))
+            elif isinstance(stmt, ast.Import | ast.ImportFrom):
+                continue
+            elif in_class and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue  # docstrings
+            elif not in_class:
+                side.other.append(stmt)
+
+    visit(side.tree.body, "", False)
+
+
+def _target_name(stmt: ast.Assign | ast.AnnAssign) -> str:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+        return targets[0].id
+    return ""
+
+
+def _rename_in_place(tree: ast.AST, mapping: dict[str, str]) -> None:
+    """Name port classes as upstream does (once, on our own parse), so only real changes differ."""
+    if not mapping:
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in mapping:
+            node.id = mapping[node.id]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in mapping:
+            node.value = mapping[node.value]
+
+
+# ---------------------------------------------------------------- two-way comparison
+
+
+def _compare_pair(port: _Side, up: _Side, cp: FileCounterpart, base: _Side | None = None) -> Iterator[Difference]:
+    up_comments = {_squash(c.text) for c in up.comments.comments.values()}
+    ctx = _Ctx(port, up, cp, port.rename, up_comments, base)
+    yield from _compare_imports(ctx)
+    yield from _compare_members(ctx)
+    yield from _compare_body(ctx, "<module>", up.other, port.other, anchor=1, bbody=base.other if base else None)
+
+
+@dataclass
+class _Ctx:
+    port: _Side
+    up: _Side
+    cp: FileCounterpart
+    rename: dict[str, str]
+    up_comments: set[str]
+    base: _Side | None = None  # the upstream release the port was synced to, when known
+
+    def diff(self, kind: str, line: int, symbol: str, detail: str, span: tuple[int, int] | None = None,
+             upstream_line: int | None = None) -> Difference:
+        first, last = span or (line, line)
+        declared, reason = self.declaration(first, last)
+        action, validation = ACTIONS.get(kind, ACTIONS["changed"])
+        return Difference(kind, self.port.path, line, symbol, declared, reason, action, validation, detail, upstream_line)
+
+    def declaration(self, first: int, last: int) -> tuple[bool, str]:
+        cm = self.port.comments
+        block = cm.block_for(first, last)
+        if block is not None:
+            return True, _short(block.reason) or "Metax Modification block (no reason written)"
+        for lines in (cm.lines_above(first), cm.trailing_lines(first, last)):
+            # A comment copied from upstream explains upstream's code, not the vendor's change.
+            if any(_squash(t) not in self.up_comments for t in lines):
+                return True, _short(" ".join(lines))
+        return False, ""
+
+    def mentioned(self, name: str) -> tuple[bool, str]:
+        """A vendor comment anywhere in the port names `name`: declares why it was dropped."""
+        short = name.rsplit(".", 1)[-1]
+        pattern = re.compile(rf"(?<![\w]){re.escape(short)}(?![\w])")
+        cm = self.port.comments
+        for line, c in sorted(cm.comments.items()):
+            if pattern.search(c.text) and _squash(c.text) not in self.up_comments:
+                block = cm.block_for(line)
+                text = block.reason if block is not None and block.reason else " ".join(cm.run_at(line) or [c.text])
+                return True, _short(text)
+        return False, ""
+
+    def removal(self, kind: str, anchor: int, symbol: str, detail: str, upstream_line: int | None) -> Difference:
+        d = self.diff(kind, anchor, symbol, detail, (anchor, anchor) if anchor else (0, 0), upstream_line)
+        if not d.declared:
+            declared, reason = self.mentioned(symbol)
+            if declared:
+                d = replace(d, declared=True, reason=reason)
+        return d
+
+
+def _compare_imports(ctx: _Ctx) -> Iterator[Difference]:
+    port_pkg = ctx.cp.path.split("/")[0]
+    up_pkg = (ctx.cp.upstream_path or "").split("/")[0]
+    for name, (pmod, pline) in sorted(ctx.port.imports.items(), key=lambda kv: kv[1][1]):
+        if name in ctx.rename:
+            continue
+        span = _stmt_span(ctx.port, pline)
+        if name in ctx.up.imports:
+            umod, uline = ctx.up.imports[name]
+            if umod == pmod:
+                continue
+            root = pmod.lstrip(".").split(".")[0]
+            if root == port_pkg or (root and root != up_pkg and root != umod.split(".")[0]):
+                yield ctx.diff("vendor-kernel-import", pline, name, f"import {name}: upstream from {umod}, port from {pmod}", span, uline)
+            elif pmod.replace(port_pkg, up_pkg, 1) == umod:
+                yield ctx.diff("cosmetic", pline, name, f"import {name} from {pmod} (upstream {umod})", span, uline)
+            else:
+                yield ctx.diff("changed", pline, name, f"import {name}: upstream from {umod}, port from {pmod}", span, uline)
+        else:
+            # A helper import follows from code added elsewhere (reported there); a kernel import is the news.
+            root = pmod.lstrip(".").split(".")[0]
+            if root == port_pkg or (root not in {up_pkg, ""} and _kernelish(pmod)):
+                kind = "vendor-kernel-import"
+            else:
+                kind = "cosmetic"
+            yield ctx.diff(kind, pline, name, f"import {name} from {pmod} (not imported upstream)", span)
+    for name, (umod, uline) in sorted(ctx.up.imports.items(), key=lambda kv: kv[1][1]):
+        if name not in ctx.port.imports and name not in ctx.rename.values():
+            kind = "removed" if _kernelish(umod) else "cosmetic"  # a dropped kernel import is news; a helper is not
+            yield ctx.removal(kind, 0, name, f"upstream imports {name} from {umod}; the port does not", uline)
+
+
+def _kernelish(module: str) -> bool:
+    low = module.lower()
+    return any(k in low for k in ("flash", "attn", "mla", "kernel", "ops", "triton"))
+
+
+def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
+    port, up = ctx.port, ctx.up
+    # Classes present on one side only.
+    for name, cls in up.classes.items():
+        if name not in port.classes and not _parent_missing(name, port.classes, up.classes):
+            yield ctx.removal("removed", 0, name, f"upstream class {name} has no port counterpart", cls.lineno)
+    for name, cls in port.classes.items():
+        if name not in up.classes and not _parent_missing(name, up.classes, port.classes):
+            kind = "added"
+            yield ctx.diff(kind, cls.lineno, name, f"class {cls.name} is not in upstream", (_start(cls), cls.lineno))
+    # Functions and methods.
+    for qual, ufn in up.funcs.items():
+        owner = qual.rsplit(".", 1)[0] if "." in qual else ""
+        if qual in port.funcs:
+            yield from _compare_function(ctx, qual, ufn, port.funcs[qual])
+        elif owner and owner not in port.classes:
+            continue  # the whole class is already reported
+        elif owner and _inherits(port.classes[owner], owner):
+            continue  # the port class subclasses upstream's: the method is inherited, not removed
+        else:
+            anchor = _anchor(ctx, qual)
+            yield ctx.removal("removed", anchor, qual, f"upstream {qual}{_sig(ufn)} is absent from the port", ufn.lineno)
+    for qual, pfn in port.funcs.items():
+        owner = qual.rsplit(".", 1)[0] if "." in qual else ""
+        if qual in up.funcs or (owner and owner not in up.classes):
+            continue
+        kind = "feature-disabled" if _only_raises(pfn) else "added"
+        kind = "arch-check" if kind == "added" and _arch_in(pfn) else kind
+        detail = f"{qual}{_sig(pfn)} is not in upstream" + (" (body only raises)" if kind == "feature-disabled" else "")
+        yield ctx.diff(kind, pfn.lineno, qual, detail, (_start(pfn), pfn.lineno))
+    # Class attributes and module constants.
+    for key in sorted(set(up.attrs) | set(port.attrs)):
+        owner = key.rsplit(".", 1)[0] if "." in key else ""
+        if owner and (owner not in up.classes or owner not in port.classes):
+            continue
+        u, p = up.attrs.get(key), port.attrs.get(key)
+        kind = "class-attribute" if owner else "changed"
+        if u is not None and p is not None:
+            if ast.dump(u) != ast.dump(p):
+                b = ctx.base.attrs.get(key) if ctx.base is not None else None
+                if b is not None and ast.dump(b) == ast.dump(p):
+                    kind = "upstream-not-followed"  # upstream changed it after the base release; the port has the old value
+                yield ctx.diff(kind, p.lineno, key, f"{key}: {_value_delta(u, p)}", (p.lineno, p.end_lineno or p.lineno), u.lineno)
+        elif p is not None:
+            yield ctx.diff(kind if owner else "added", p.lineno, key, f"{key} = {_value(p)} is not in upstream", (p.lineno, p.end_lineno or p.lineno))
+        elif u is not None and not (owner and _inherits(port.classes[owner], owner)):
+            anchor = _anchor(ctx, key)
+            yield ctx.removal(kind if owner else "removed", anchor, key, f"upstream {key} = {_value(u)} is absent from the port", u.lineno)
+
+
+def _parent_missing(name: str, other: dict[str, ast.ClassDef], same: dict[str, ast.ClassDef]) -> bool:
+    return "." in name and name.rsplit(".", 1)[0] not in other
+
+
+def _inherits(cls: ast.ClassDef, upstream_name: str) -> bool:
+    """The port class subclasses the upstream class of the same (mapped) name."""
+    short = upstream_name.rsplit(".", 1)[-1]
+    for base in cls.bases:
+        text = ast.unparse(base)
+        if text.split("[")[0].rsplit(".", 1)[-1] == short and cls.name != short:
+            return True
+    return False
+
+
+def _anchor(ctx: _Ctx, qual: str) -> int:
+    """Port line where an upstream member would sit: after its nearest preceding sibling."""
+    order = ctx.up.order
+    idx = order.index(qual) if qual in order else -1
+    for prev in reversed(order[:idx]):
+        node = ctx.port.funcs.get(prev) or ctx.port.attrs.get(prev) or ctx.port.classes.get(prev)
+        if node is not None:
+            return (node.end_lineno or node.lineno) + 1
+    owner = qual.rsplit(".", 1)[0] if "." in qual else ""
+    cls = ctx.port.classes.get(owner)
+    return cls.lineno if cls is not None else 0
+
+
+def _compare_function(ctx: _Ctx, qual: str, ufn: ast.AST, pfn: ast.AST) -> Iterator[Difference]:
+    assert isinstance(ufn, ast.FunctionDef | ast.AsyncFunctionDef) and isinstance(pfn, ast.FunctionDef | ast.AsyncFunctionDef)
+    if ast.dump(pfn.args) != ast.dump(ufn.args):
+        header_end = pfn.body[0].lineno - 1 if pfn.body else pfn.lineno
+        kind = "signature-changed"
+        yield ctx.diff(kind, pfn.lineno, qual, f"upstream {qual}{_sig(ufn)} / port {_sig(pfn)}", (pfn.lineno, max(pfn.lineno, header_end)), ufn.lineno)
+    attr_method = bool(_CLASS_ATTR_METHODS.match(qual.rsplit(".", 1)[-1]))
+    bfn = ctx.base.funcs.get(qual) if ctx.base is not None else None
+    bbody = _body(bfn) if isinstance(bfn, ast.FunctionDef | ast.AsyncFunctionDef) else None
+    for d in _compare_body(ctx, qual, _body(ufn), _body(pfn), anchor=pfn.lineno, bbody=bbody):
+        if attr_method and d.kind in {"changed", "added", "removed", "call-changed"}:
+            d = replace(d, kind="class-attribute", action=ACTIONS["class-attribute"][0], validation=ACTIONS["class-attribute"][1])
+        yield d
+
+
+def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return body
+
+
+def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.stmt], anchor: int,
+                  bbody: list[ast.stmt] | None = None) -> Iterator[Difference]:
+    utoks = _mark_arch(ctx.up, list(_flatten(ubody, 0)))
+    ptoks = _mark_arch(ctx.port, list(_flatten(pbody, 0)))
+    bkeys = {t.key for t in _flatten(bbody, 0)} if bbody is not None else None
+    matcher = difflib.SequenceMatcher(None, [t.key for t in utoks], [t.key for t in ptoks], autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for first, last in _arch_groups(ptoks[j1:j2]):
+                yield ctx.diff("arch-check", first.line, qual, f"kept from upstream: {_text(ctx.port, first)}",
+                               (first.line, last.end), utoks[i1 + ptoks[j1:j2].index(first)].line)
+            continue
+        u, p = utoks[i1:i2], ptoks[j1:j2]
+        if p:
+            span = (p[0].line, max(t.end for t in p))
+        else:
+            prev_end = ptoks[j1 - 1].end if j1 > 0 else anchor
+            nxt = ptoks[j1].line if j1 < len(ptoks) else prev_end + 1
+            span = (prev_end + 1, max(prev_end + 1, nxt))
+        kind, detail = _classify(ctx, u, p)
+        if bkeys is not None and u and kind != "arch-check" and not (bkeys & {t.key for t in u}) and all(t.key in bkeys for t in p):
+            # Upstream wrote this after the base release and the port still has the base form.
+            kind, detail = "upstream-not-followed", f"upstream changed this after the base release; the port keeps the earlier form: {detail}"
+        line = span[0] if p else span[0] - 1
+        yield ctx.diff(kind, line, qual, detail, span, u[0].line if u else None)
+
+
+def _mark_arch(side: _Side, toks: list[_Tok]) -> list[_Tok]:
+    for tok in toks:
+        if any(ln in side.arch_lines for ln in range(tok.line, tok.end + 1)):
+            tok.arch = _arch_in(tok.node)
+    return toks
+
+
+def _arch_groups(toks: list[_Tok]) -> Iterator[tuple[_Tok, _Tok]]:
+    """Capability checks in unchanged code, one per outermost statement (its nested raise is the same check)."""
+    group: list[_Tok] = []
+    for tok in toks:
+        nested = bool(group) and tok.depth > group[0].depth
+        if nested:
+            group.append(tok)
+            continue
+        if group:
+            yield group[0], group[-1]
+            group = []
+        if tok.arch:
+            group = [tok]
+    if group:
+        yield group[0], group[-1]
+
+
+def _flatten(stmts: Sequence[ast.stmt], depth: int) -> Iterator[_Tok]:
+    for stmt in stmts:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            continue  # compared once, by bound name, in _compare_imports
+        shallow = copy.copy(stmt)
+        subs: list[tuple[str, list[ast.stmt]]] = []
+        for name in ("body", "orelse", "finalbody"):
+            value = getattr(stmt, name, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                subs.append((name, value))
+                setattr(shallow, name, [])
+        handlers = list(getattr(stmt, "handlers", []) or [])
+        if handlers:
+            shallow.handlers = []  # type: ignore[attr-defined]
+        cases = list(getattr(stmt, "cases", []) or [])
+        end = (subs[0][1][0].lineno - 1) if subs else (stmt.end_lineno or stmt.lineno)
+        end = max(end, stmt.lineno)
+        node = shallow
+        yield _Tok(f"{depth}|{ast.dump(node)}", node, _start(stmt), end, depth)
+        for name, body in subs:
+            if name != "body":
+                yield _Tok(f"{depth}|<{name}>", ast.Pass(), body[0].lineno, body[0].lineno, depth)
+            yield from _flatten(body, depth + 1)
+        for h in handlers:
+            hnode = ast.ExceptHandler(type=h.type, name=h.name, body=[])
+            yield _Tok(f"{depth}|{ast.dump(hnode)}", hnode, h.lineno, h.lineno, depth)
+            yield from _flatten(h.body, depth + 1)
+        for case in cases:
+            yield from _flatten(case.body, depth + 1)
+
+
+def _classify(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> tuple[str, str]:
+    un, pn = [t.node for t in u], [t.node for t in p]
+    udesc = "; ".join(_text(ctx.up, t) for t in u[:3])
+    pdesc = "; ".join(_text(ctx.port, t) for t in p[:3])
+    both = f"upstream: {udesc or '-'} | port: {pdesc or '-'}"
+    u_arch, p_arch = any(t.arch for t in u), any(t.arch for t in p)
+    if u_arch or p_arch:
+        state = "changed" if u_arch and p_arch else ("added in the port" if p_arch else "removed from the port")
+        return "arch-check", f"capability check {state}: {both}"
+    commented = _commented_out_args(ctx, u, p)
+    if commented:
+        return "argument-commented-out", f"argument(s) {', '.join(commented)} commented out: {both}"
+    raises = (ast.Raise, ast.Assert)
+    if sum(isinstance(n, raises) for n in pn) > sum(isinstance(n, raises) for n in un):
+        return "feature-disabled", f"raise/assert added: {both}"
+    if p and not u and any(isinstance(n, ast.Return) for n in pn):
+        return "feature-disabled", f"early return added: {pdesc}"
+    if p and any(isinstance(n, ast.Try) for n in pn) and not any(isinstance(n, ast.Try) for n in un):
+        return "fallback-added", f"try/except added: {both}"
+    if p and not u and any(isinstance(n, ast.If) for n in pn) and any(t.key.endswith("|<orelse>") for t in p):
+        return "fallback-added", f"branch with an alternative added: {pdesc}"
+    if _cosmetic(un, pn):
+        return "cosmetic", both
+    ucalls, pcalls = _calls(un), _calls(pn)
+    shared = set(ucalls) & set(pcalls)
+    if u and p and shared:
+        deltas = []
+        for callee in sorted(shared):
+            uk, pk = ucalls[callee], pcalls[callee]
+            plus, minus = sorted(pk - uk), sorted(uk - pk)
+            if plus or minus:
+                deltas.append(f"{callee}(" + ", ".join([f"+{k}" for k in plus] + [f"-{k}" for k in minus]) + ")")
+        if deltas:
+            return "call-changed", f"{'; '.join(deltas)}: {both}"
+    if p and not u:
+        return "added", f"port adds: {pdesc}"
+    if u and not p:
+        return "removed", f"port drops: {udesc}"
+    return "changed", both
+
+
+def _commented_out_args(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> list[str]:
+    ucalls = _calls([t.node for t in u])
+    found: list[str] = []
+    for tok in p:
+        for node in ast.walk(tok.node):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = _callee(node)
+            passed = {k.arg for k in node.keywords if k.arg}
+            missing = ucalls.get(callee, set()) - passed
+            for c in ctx.port.comments.comments_in(node.lineno, node.end_lineno or node.lineno):
+                m = re.match(r"\s*(\w+)\s*=", c.text)
+                if m and m.group(1) in missing:
+                    found.append(f"{callee}:{m.group(1)}")
+    return found
+
+
+def _cosmetic(un: list[ast.AST], pn: list[ast.AST]) -> bool:
+    def noise(n: ast.AST) -> bool:
+        if isinstance(n, ast.Pass) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)):
+            return True
+        return isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and _callee(n.value).rsplit(".", 1)[-1] in _LOG_METHODS
+
+    ureal, preal = [n for n in un if not noise(n)], [n for n in pn if not noise(n)]
+    if [type(n) for n in ureal] != [type(n) for n in preal]:
+        return False  # cheap reject before copying trees
+
+    def strip(nodes: list[ast.AST]) -> list[str]:
+        out = []
+        for n in nodes:
+            c = copy.deepcopy(n)
+            for sub in ast.walk(c):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    sub.value = ""
+                if isinstance(sub, ast.JoinedStr):
+                    sub.values = []
+            out.append(ast.dump(c))
+        return out
+
+    return strip(ureal) == strip(preal)
+
+
+def _calls(nodes: Iterable[ast.AST]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for n in nodes:
+        for sub in ast.walk(n):
+            if isinstance(sub, ast.Call):
+                out.setdefault(_callee(sub), set()).update(k.arg for k in sub.keywords if k.arg)
+    return out
+
+
+def _callee(call: ast.Call) -> str:
+    try:
+        return ast.unparse(call.func)
+    except Exception:  # pragma: no cover - unparse of a parsed tree does not fail
+        return "?"
+
+
+def _arch_in(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            name = _callee(sub).rsplit(".", 1)[-1]
+            if name in ARCH_CALLS:
+                return True
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and _SM_TEXT.search(sub.value):
+            return True
+    return False
+
+
+def _only_raises(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    body = _body(fn)
+    return bool(body) and all(isinstance(s, ast.Raise) for s in body)
+
+
+# ---------------------------------------------------------------- three-way
+
+
+@dataclass(frozen=True)
+class _Change:
+    kind: str  # method-added | method-removed | signature-changed | kernel-argument-added | kernel-argument-removed | attribute-changed
+    symbol: str
+    detail: str
+    upstream_line: int
+    callee: str = ""
+    argument: str = ""
+
+
+def _upstream_changes(base: _Side, target: _Side) -> Iterator[_Change]:
+    for qual, fn in target.funcs.items():
+        old = base.funcs.get(qual)
+        if old is None:
+            yield _Change("method-added", qual, f"upstream added {qual}{_sig(fn)}", fn.lineno)
+            continue
+        if _source(base, old) == _source(target, fn):
+            continue
+        if ast.dump(old.args) != ast.dump(fn.args):
+            yield _Change("signature-changed", qual, f"upstream changed {qual}{_sig(old)} -> {_sig(fn)}", fn.lineno)
+        bcalls, tcalls = _calls(_body(old)), _calls(_body(fn))
+        for callee in sorted(set(bcalls) & set(tcalls)):
+            for arg in sorted(tcalls[callee] - bcalls[callee]):
+                yield _Change("kernel-argument-added", qual, f"upstream {qual} now passes {arg}= to {callee}", fn.lineno, callee, arg)
+            for arg in sorted(bcalls[callee] - tcalls[callee]):
+                yield _Change("kernel-argument-removed", qual, f"upstream {qual} no longer passes {arg}= to {callee}", fn.lineno, callee, arg)
+    for qual, fn in base.funcs.items():
+        if qual not in target.funcs:
+            yield _Change("method-removed", qual, f"upstream removed {qual}{_sig(fn)}", fn.lineno)
+    for key, stmt in target.attrs.items():
+        old_attr = base.attrs.get(key)
+        if old_attr is not None and ast.dump(old_attr) != ast.dump(stmt):
+            yield _Change("attribute-changed", key, f"upstream changed {key}: {_value(old_attr)} -> {_value(stmt)}", stmt.lineno)
+
+
+def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart) -> Iterator[Difference]:
+    rename = port.rename
+    ctx = _Ctx(port, target, cp, rename, {_squash(c.text) for c in target.comments.comments.values()})
+    for ch in _upstream_changes(base, target):
+        followed, line, span = _followed(ctx, ch)
+        if followed is None:
+            continue
+        kind = "upstream-followed" if followed else "upstream-not-followed"
+        d = ctx.diff(kind, line, ch.symbol, ch.detail, span, ch.upstream_line)
+        if followed:
+            d = replace(d, action="none", validation="port tests")
+        yield d
+
+
+def _followed(ctx: _Ctx, ch: _Change) -> tuple[bool | None, int, tuple[int, int]]:
+    """Whether the port took an upstream change; None when the port has nothing it applies to."""
+    port = ctx.port
+    owner = ch.symbol.rsplit(".", 1)[0] if "." in ch.symbol else ""
+    if owner and owner not in port.classes:
+        return None, 0, (0, 0)
+    fn = port.funcs.get(ch.symbol)
+    line = fn.lineno if fn is not None else _anchor(ctx, ch.symbol)
+    span = (_start(fn), fn.lineno) if fn is not None else (line, line)
+    if ch.kind == "method-added":
+        inherited = bool(owner) and _inherits(port.classes[owner], owner)
+        return fn is not None or inherited, line, span
+    if ch.kind == "method-removed":
+        return fn is None, line, span
+    if fn is None and ch.kind != "attribute-changed":
+        return None, 0, (0, 0)
+    if ch.kind == "signature-changed" and fn is not None:
+        tfn = ctx.up.funcs[ch.symbol]
+        return ast.dump(fn.args) == ast.dump(tfn.args), line, span
+    if ch.kind in {"kernel-argument-added", "kernel-argument-removed"} and fn is not None:
+        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and _callee(c) == ch.callee]
+        if not calls:
+            # The port does not call this kernel here at all: the two-way view already shows why.
+            return None, 0, (0, 0)
+        passes = any(ch.argument in {k.arg for k in c.keywords} for c in calls)
+        call = calls[0]
+        cspan = (call.lineno, call.end_lineno or call.lineno)
+        return (passes if ch.kind == "kernel-argument-added" else not passes), call.lineno, cspan
+    if ch.kind == "attribute-changed":
+        stmt = port.attrs.get(ch.symbol)
+        if stmt is None:
+            return None, 0, (0, 0)
+        same = ast.dump(stmt) == ast.dump(ctx.up.attrs[ch.symbol])
+        return same, stmt.lineno, (stmt.lineno, stmt.end_lineno or stmt.lineno)
+    return None, 0, (0, 0)
+
+
+def _reclassify_followed(diffs: list[Difference], drift: list[Difference]) -> list[Difference]:
+    """A two-way difference that is really an upstream change the port has not taken says so."""
+    pending = {(d.symbol, d.detail.split(" ", 2)[1]) for d in drift if d.kind == "upstream-not-followed"}
+    out = []
+    for d in diffs:
+        member_removed = d.kind == "removed" and d.detail.endswith("is absent from the port")
+        if (member_removed and (d.symbol, "added") in pending) or (d.kind == "signature-changed" and (d.symbol, "changed") in pending):
+            action, validation = ACTIONS["upstream-not-followed"]
+            d = replace(d, kind="upstream-not-followed", action=action, validation=validation)
+        out.append(d)
+    return out
+
+
+# ---------------------------------------------------------------- findings
+
+
+def _difference_findings(diffs: Iterable[Difference], cp: FileCounterpart) -> Iterator[Finding]:
+    for d in diffs:
+        evidence = (
+            f"port {d.path}:{d.line}" if d.line else f"port {d.path}",
+            f"upstream {cp.upstream_path}:{d.upstream_line}" if d.upstream_line else f"upstream {cp.upstream_path}",
+        )
+        if d.kind == "arch-check":
+            sev = Severity.INFO if d.declared else None
+            yield make_finding(R_ARCH, Location(d.path, d.line, d.symbol), f"{d.symbol}: {d.detail}",
+                               (*evidence, f"declared: {d.reason}" if d.declared else "not declared"), severity=sev)
+            continue
+        if d.kind == "upstream-not-followed":
+            yield make_finding(R_DRIFT, Location(d.path, d.line, d.symbol), f"{d.symbol}: {d.detail}",
+                               (*evidence, f"declared: {d.reason}" if d.declared else "not declared"))
+            continue
+        if d.declared or d.kind in {"cosmetic", "upstream-followed"}:
+            continue
+        yield make_finding(R_UNDECLARED, Location(d.path, d.line, d.symbol), f"{d.kind} in {d.symbol}: {d.detail}",
+                           (*evidence, "no Metax Modification block or comment directly above"))
+
+
+def _drift_findings(drift: Iterable[Difference], cp: FileCounterpart, target: UpstreamInfo | None, base: UpstreamInfo | None) -> Iterator[Finding]:
+    versions = f"{base.version if base else '?'} -> {target.version if target else '?'}"
+    for d in drift:
+        evidence = [f"upstream {cp.upstream_path}:{d.upstream_line} ({versions})", f"port {d.path}:{d.line}" if d.line else f"port {d.path}"]
+        if d.declared:
+            evidence.append(f"declared: {d.reason}")
+        rid = R_DRIFT_TAKEN if d.kind == "upstream-followed" else R_DRIFT
+        yield make_finding(rid, Location(d.path, d.line, d.symbol), d.detail, evidence)
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _start(node: ast.AST | None) -> int:
+    if node is None:
+        return 0
+    decs = getattr(node, "decorator_list", None) or []
+    return min([node.lineno] + [d.lineno for d in decs])  # type: ignore[attr-defined]
+
+
+def _stmt_span(side: _Side, line: int) -> tuple[int, int]:
+    return line, side.import_ends.get(line, line)
+
+
+def _source(side: _Side, node: ast.AST) -> str:
+    return "\n".join(side.lines[node.lineno - 1 : node.end_lineno])  # type: ignore[attr-defined]
+
+
+def _sig(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    return f"({ast.unparse(fn.args)})"
+
+
+def _value(stmt: ast.stmt) -> str:
+    value = getattr(stmt, "value", None)
+    text = ast.unparse(value) if value is not None else ast.unparse(getattr(stmt, "annotation", ast.Constant(None)))
+    return _short(text, 100)
+
+
+def _value_delta(u: ast.stmt, p: ast.stmt) -> str:
+    """For literal collections (dtypes, block sizes) say what the port drops and adds."""
+    uval, pval = getattr(u, "value", None), getattr(p, "value", None)
+    if isinstance(uval, ast.List | ast.Tuple | ast.Set) and isinstance(pval, ast.List | ast.Tuple | ast.Set):
+        utexts = [ast.unparse(e) for e in uval.elts]
+        ptexts = [ast.unparse(e) for e in pval.elts]
+        dropped = [t for t in utexts if t not in ptexts]
+        added = [t for t in ptexts if t not in utexts]
+        parts = ([f"port drops {', '.join(dropped)}"] if dropped else []) + ([f"port adds {', '.join(added)}"] if added else [])
+        return "; ".join(parts) or "same values, different order"
+    return f"upstream {_value(u)} / port {_value(p)}"
+
+
+def _text(side: _Side, tok: _Tok) -> str:
+    lines = side.lines[tok.line - 1 : tok.end]
+    return _short(" ".join(ln.strip() for ln in lines), 120)
+
+
+def _short(text: str, limit: int = 240) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())

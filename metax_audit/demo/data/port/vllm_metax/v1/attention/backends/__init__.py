@@ -1,0 +1,1 @@
+# Package marker of the demo port.

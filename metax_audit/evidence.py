@@ -1,0 +1,185 @@
+# The environment record: device, driver, torch/Triton builds, CUDA or MACA runtime, Python, OS
+# and kernel package versions, collected in the target interpreter with every fact guarded.
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from metax_audit.errors import AuditError
+
+SCHEMA = "metax-audit/environment/v1"
+DEFAULT_PACKAGES = ("torch", "triton", "flashinfer-python", "flashinfer", "flash-attn", "flash_mla", "vllm", "vllm-metax")
+# Facts that describe the stack; a change in any of them means results must not be mixed.
+STACK_KEYS = ("gpu", "gpu_count", "capability", "driver", "torch", "torch_build", "torch_cuda", "torch_hip", "torch_maca",
+              "triton", "triton_backend", "cuda_runtime", "maca_version", "python", "os")
+
+
+def _worker(packages: Sequence[str]) -> dict[str, Any]:
+    """Runs inside the target interpreter (stdlib at module level; torch/triton guarded)."""
+    import os
+    import platform
+    import shutil
+    import subprocess
+    from importlib import metadata
+
+    facts: dict[str, Any] = {"schema": SCHEMA, "torch": None, "triton": None, "gpu": None, "gpu_count": None}
+
+    def guard(key: str, fn: Any) -> None:
+        try:
+            facts[key] = fn()
+        except Exception as exc:  # a failing fact is a value
+            facts[key] = f"<error: {type(exc).__name__}: {str(exc)[:200]}>"
+
+    guard("python", lambda: f"{platform.python_version()} ({sys.executable})")
+    guard("os", lambda: f"{platform.system()} {platform.release()} {platform.machine()}")
+    guard("host", platform.node)
+
+    def torch_facts() -> None:
+        import torch
+
+        facts["torch"] = torch.__version__
+        v = torch.version
+        facts["torch_cuda"] = getattr(v, "cuda", None)
+        facts["torch_hip"] = getattr(v, "hip", None)
+        facts["torch_maca"] = getattr(v, "maca", None)  # MetaX builds expose their runtime here
+        local = torch.__version__.split("+", 1)[1] if "+" in torch.__version__ else ""
+        facts["torch_local_version"] = local
+        facts["torch_build"] = ("maca" if facts["torch_maca"] or "metax" in local else "hip" if facts["torch_hip"]
+                                else "cuda" if facts["torch_cuda"] else "cpu")
+        facts["torch_version_attrs"] = {k: str(getattr(v, k)) for k in dir(v) if not k.startswith("_") and isinstance(getattr(v, k), str | type(None))}
+        if torch.cuda.is_available():
+            n = torch.cuda.device_count()
+            facts["gpu_count"] = n
+            facts["gpu"] = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))
+            facts["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        else:
+            facts["gpu_count"] = 0
+            facts["gpu"] = None
+
+    guard("torch_error", lambda: torch_facts() or None)
+
+    def triton_facts() -> None:
+        import triton
+
+        facts["triton"] = triton.__version__
+        try:
+            from triton.runtime import driver
+
+            tgt = driver.active.get_current_target()
+            facts["triton_backend"] = f"{tgt.backend}:{tgt.arch}"
+        except Exception as exc:
+            facts["triton_backend"] = f"<unavailable: {type(exc).__name__}: {str(exc)[:120]}>"
+
+    guard("triton_error", lambda: triton_facts() or None)
+
+    def run(cmd: list[str]) -> str | None:
+        if not shutil.which(cmd[0]):
+            return None
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        return (p.stdout or p.stderr).strip()[:2000]
+
+    def driver() -> str | None:
+        out = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        return out.splitlines()[0].strip() if out else None
+
+    guard("driver", driver)
+    guard("nvcc", lambda: (run(["nvcc", "--version"]) or "").splitlines()[-1:] or None)
+    guard("cuda_runtime", lambda: facts.get("torch_cuda"))
+    maca = os.environ.get("MACA_PATH")
+    facts["maca_path"] = maca
+
+    def maca_version() -> str | None:
+        if not maca:
+            return None
+        for name in ("version.txt", "version", "VERSION"):
+            p = Path(maca) / name
+            if p.is_file():
+                return p.read_text(errors="replace").strip()[:200]
+        return "<MACA_PATH set, no version file found>"
+
+    guard("maca_version", maca_version)
+    guard("mx_smi", lambda: run(["mx-smi"]))
+
+    def pkgs() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in packages:
+            try:
+                dist = metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                continue
+            info: dict[str, Any] = {"version": dist.version}
+            wheel = dist.read_text("WHEEL") or ""
+            tags = [ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")]
+            info["wheel_tags"] = tags
+            if "+" in dist.version:
+                info["local_version"] = dist.version.split("+", 1)[1]
+            direct = dist.read_text("direct_url.json")
+            if direct:
+                info["direct_url"] = json.loads(direct).get("url")
+            out[name] = info
+        return out
+
+    guard("packages", pkgs)
+    return facts
+
+
+def collect_environment(*, python: str | None = None, packages: Sequence[str] = DEFAULT_PACKAGES, timeout: float = 120) -> dict[str, Any]:
+    """The environment record of `python` (default: this interpreter), gathered in a subprocess
+    so a broken torch install is a recorded fact, not our crash."""
+    from metax_audit.subproc import run
+
+    root = Path(__file__).resolve().parent.parent
+    import os
+
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    done = run([python or sys.executable, "-m", "metax_audit.evidence", "--worker", *packages], env=env, timeout=timeout)
+    if done.timed_out:
+        return {"schema": SCHEMA, "error": f"environment worker timed out after {timeout:g}s", "stderr_tail": done.stderr[-1000:]}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"schema": SCHEMA, "error": f"environment worker exited {done.returncode} without a record", "stderr_tail": done.stderr[-1000:]}
+
+
+def save_environment(env: Mapping[str, Any], path: Path | str) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(dict(env), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    return p
+
+
+def load_environment(path: Path | str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AuditError(f"cannot read environment record {path}: {exc}; capture one with `metax-audit evidence`") from exc
+    if not isinstance(data, dict):
+        raise AuditError(f"environment record {path} is not a JSON object")
+    return data
+
+
+def diff_environment(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """One line per stack fact or kernel package version that changed ("" when the same)."""
+    lines = []
+    for key in STACK_KEYS:
+        a, b = old.get(key), new.get(key)
+        if a != b:
+            lines.append(f"{key}: {a!r} -> {b!r}")
+    po, pn = old.get("packages") or {}, new.get("packages") or {}
+    if isinstance(po, dict) and isinstance(pn, dict):
+        for name in sorted(set(po) | set(pn)):
+            a = (po.get(name) or {}).get("version") if isinstance(po.get(name), dict) else po.get(name)
+            b = (pn.get(name) or {}).get("version") if isinstance(pn.get(name), dict) else pn.get(name)
+            if a != b:
+                lines.append(f"package {name}: {a or 'absent'} -> {b or 'absent'}")
+    return lines
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        print(json.dumps(_worker(sys.argv[2:] or DEFAULT_PACKAGES), default=str))
+    else:
+        print(json.dumps(collect_environment(), indent=2, default=str))

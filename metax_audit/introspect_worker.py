@@ -1,0 +1,639 @@
+# Standalone introspection worker, run with the *target* interpreter: imports each dotted target
+# and prints what is installed (signature, source, docs, dist/wheel) as JSON lines. Stdlib only.
+#
+# Protocol: a JSON request on stdin {"targets": [...], "extra_path": [...], "static_roots": [...],
+# "static_only": bool}; stdout gets one JSON object per line: {"event": "start", "target": t}
+# before each target (so a hang or crash is attributable), {"event": "fact", ...} after it, and a
+# final {"event": "done", ...}. Every failure is a value; nothing here raises out of main().
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import platform
+import socket
+import sys
+import textwrap
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.dont_write_bytecode = True  # also passed as -B; the worker never writes where it reads
+
+_DOC_LINES = 6
+# Decorators that leave the written signature intact, so a statically read one is still right.
+_TRANSPARENT_DECORATORS = {"staticmethod", "classmethod", "property", "overload", "override", "wraps",
+                           "lru_cache", "cache", "functools.wraps", "functools.lru_cache", "functools.cache",
+                           "typing.overload", "typing_extensions.override", "torch.no_grad", "torch.inference_mode"}
+
+
+def _fact(target: str, status: str, source: str = "import", **kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"target": target, "status": status, "source": source}
+    out.update({k: v for k, v in kw.items() if v is not None})
+    return out
+
+
+def _short_error(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"[:2000]
+
+
+# ---------------------------------------------------------------- signatures
+
+
+def _param_kind_of(p: Any) -> str:
+    return p.kind.name
+
+
+def _params_from_signature(sig: Any) -> list[dict[str, Any]]:
+    out = []
+    for p in sig.parameters.values():
+        default = None if p.default is p.empty else _safe_repr(p.default)
+        out.append({"name": p.name, "kind": _param_kind_of(p), "default": default})
+    return out
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ in the audited package must not stop us
+        text = f"<{type(value).__name__}>"
+    return text[:200]
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not nested in brackets (pybind docstring parameter lists)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def pybind_signature(name: str, doc: str | None) -> tuple[str, list[dict[str, Any]]] | None:
+    """pybind11 writes `name(arg0: int, x: float = 1.0) -> T` as the first docstring line."""
+    if not doc:
+        return None
+    for line in doc.strip().splitlines():
+        line = line.strip()
+        if line.startswith("1. "):  # "Overloaded function." lists numbered alternatives
+            line = line[3:]
+        if not line.startswith(name + "("):
+            continue
+        depth, end = 0, -1
+        for i, ch in enumerate(line[len(name):], start=len(name)):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0:
+                end = i
+                break
+        if end < 0:
+            return None
+        params = []
+        for raw in _split_top(line[len(name) + 1:end]):
+            if raw in ("*", "/"):
+                continue
+            pname, _, rest = raw.partition(":")
+            default = rest.partition("=")[2].strip() or None if "=" in raw else None
+            if "=" in pname:
+                pname, _, default = pname.partition("=")
+            pname = pname.strip()
+            kind = "VAR_POSITIONAL" if pname.startswith("*") and not pname.startswith("**") else (
+                "VAR_KEYWORD" if pname.startswith("**") else "POSITIONAL_OR_KEYWORD")
+            pname = pname.lstrip("*")
+            if pname == "self":
+                continue
+            # pybind11 names unnamed arguments argN; they cannot be passed by keyword
+            if pname.startswith("arg") and pname[3:].isdigit() and kind == "POSITIONAL_OR_KEYWORD":
+                kind = "POSITIONAL_ONLY"
+            params.append({"name": pname, "kind": kind, "default": default.strip() if default else None})
+        return line[len(name):], params  # "(...) -> T", like inspect's rendering
+    return None
+
+
+def _render(params: list[dict[str, Any]]) -> str:
+    parts: list[str] = []
+    saw_star = False
+    for i, p in enumerate(params):
+        kind = p["kind"]
+        if kind == "KEYWORD_ONLY" and not saw_star:
+            parts.append("*")
+            saw_star = True
+        if kind == "VAR_POSITIONAL":
+            saw_star = True
+            text = "*" + p["name"]
+        elif kind == "VAR_KEYWORD":
+            text = "**" + p["name"]
+        else:
+            text = p["name"] + (f"={p['default']}" if p.get("default") is not None else "")
+        parts.append(text)
+        nxt = params[i + 1]["kind"] if i + 1 < len(params) else None
+        if kind == "POSITIONAL_ONLY" and nxt != "POSITIONAL_ONLY":
+            parts.append("/")
+    return "(" + ", ".join(parts) + ")"
+
+
+# ---------------------------------------------------------------- **kwargs reads (ast)
+
+
+def kwargs_usage(func_node: ast.AST) -> tuple[list[str], bool] | None:
+    """Names a function reads out of its **kwargs and whether it forwards the dict; None without one."""
+    args = getattr(func_node, "args", None)
+    if args is None or args.kwarg is None:
+        return None
+    kw = args.kwarg.arg
+    reads: list[str] = []
+    forwarded = False
+
+    def is_kw(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id == kw
+
+    for node in ast.walk(func_node):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and is_kw(f.value):
+                if f.attr in {"get", "pop", "setdefault"} and node.args and isinstance(node.args[0], ast.Constant):
+                    reads.append(str(node.args[0].value))
+                elif f.attr in {"items", "keys", "values", "copy", "update"}:
+                    forwarded = True  # iterated or merged: every name may be used
+            for k in node.keywords:
+                if k.arg is None and is_kw(k.value):
+                    forwarded = True
+            if any(is_kw(a) for a in node.args):
+                forwarded = True  # handed whole to another callable
+        elif isinstance(node, ast.Subscript) and is_kw(node.value) and isinstance(node.slice, ast.Constant):
+            reads.append(str(node.slice.value))
+        elif isinstance(node, ast.Compare) and any(is_kw(c) for c in node.comparators):
+            if isinstance(node.left, ast.Constant) and any(isinstance(o, ast.In | ast.NotIn) for o in node.ops):
+                reads.append(str(node.left.value))
+        elif isinstance(node, ast.Dict) and any(k is None and is_kw(v) for k, v in zip(node.keys, node.values, strict=True)):
+            forwarded = True
+    return sorted(set(reads)), forwarded
+
+
+def _kwargs_from_object(obj: Any) -> tuple[list[str], bool] | None:
+    import inspect
+
+    try:
+        src = textwrap.dedent(inspect.getsource(obj))
+        tree = ast.parse(src)
+    except Exception:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return kwargs_usage(node)
+    return None
+
+
+# ---------------------------------------------------------------- distributions
+
+
+def _dist_info(module_name: str, cache: dict[str, dict[str, str]]) -> tuple[str | None, dict[str, str] | None]:
+    try:
+        from importlib import metadata
+
+        top = module_name.split(".")[0]
+        names = metadata.packages_distributions().get(top) or []
+        if not names:
+            return None, None
+        name = names[0]
+        if name not in cache:
+            dist = metadata.distribution(name)
+            info = {"version": dist.version or ""}
+            wheel = dist.read_text("WHEEL") or ""
+            tags = [ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")]
+            if tags:
+                info["wheel_tag"] = ",".join(tags)
+            if "+" in info["version"]:
+                info["local_version"] = info["version"].split("+", 1)[1]
+            direct = dist.read_text("direct_url.json")
+            if direct:
+                info["direct_url"] = direct.strip()[:300]
+            cache[name] = info
+        return name, cache[name]
+    except Exception:
+        return None, None
+
+
+# ---------------------------------------------------------------- import resolution
+
+
+def _import_longest(parts: list[str]) -> tuple[Any, int, str | None]:
+    """Import the longest importable module prefix; (module, parts used, error) - error when it raised."""
+    import importlib
+
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            return importlib.import_module(name), i, None
+        except ModuleNotFoundError as exc:
+            # Only "this very prefix does not exist" lets us try a shorter one; a missing
+            # dependency inside the package is an import error of the package.
+            if exc.name is not None and (exc.name == name or name.startswith(exc.name + ".")) and i > 1:
+                continue
+            return None, i, _short_error(exc)
+        except BaseException as exc:  # the audited package may raise anything, even SystemExit
+            return None, i, _short_error(exc)
+    return None, 0, f"no importable prefix of {'.'.join(parts)}"
+
+
+def _torch_op_fact(target: str) -> dict[str, Any]:
+    parts = target.split(".")
+    try:
+        import torch
+
+        obj: Any = torch.ops
+        for p in parts[2:]:
+            obj = getattr(obj, p)
+    except BaseException as exc:
+        return _fact(target, "not-found", error=_short_error(exc))
+    schemas = []
+    params: list[dict[str, Any]] | None = None
+    try:
+        overloads = obj.overloads() if hasattr(obj, "overloads") else []
+        packets = [getattr(obj, ov) for ov in overloads] or [obj]
+        for pk in packets:
+            schema = getattr(pk, "_schema", None)
+            if schema is None:
+                continue
+            schemas.append(str(schema))
+            if params is None:
+                params = [{"name": a.name, "kind": "KEYWORD_ONLY" if a.kwarg_only else "POSITIONAL_OR_KEYWORD",
+                           "default": None if a.default_value is None and not a.has_default_value() else _safe_repr(a.default_value)}
+                          for a in schema.arguments]
+    except BaseException as exc:
+        return _fact(target, "no-signature", error=_short_error(exc))
+    if not schemas:
+        return _fact(target, "no-signature", error="torch op without a schema")
+    return _fact(target, "ok", signature=" | ".join(schemas), params=params, doc=None)
+
+
+def introspect_target(target: str, dist_cache: dict[str, dict[str, str]]) -> dict[str, Any]:
+    import inspect
+
+    if target.startswith("torch.ops."):
+        return _torch_op_fact(target)
+    parts = target.split(".")
+    module, used, error = _import_longest(parts)
+    if module is None:
+        return _fact(target, "import-error", error=error)
+    obj: Any = module
+    owner: Any = None
+    for i, name in enumerate(parts[used:]):
+        owner = obj
+        try:
+            obj = inspect.getattr_static(obj, name) if inspect.isclass(obj) else getattr(obj, name)
+        except AttributeError:
+            try:
+                obj = getattr(owner, name)
+            except BaseException:
+                missing = ".".join(parts[: used + i + 1])
+                return _fact(target, "not-found", error=f"{missing} does not exist in {'.'.join(parts[: used + i])}",
+                             sourcefile=_sourcefile(owner), **_dist_kw(module.__name__, dist_cache))
+        except BaseException as exc:
+            return _fact(target, "crash", error=_short_error(exc))
+    return _describe(target, obj, owner, module.__name__, dist_cache)
+
+
+def _dist_kw(module_name: str, cache: dict[str, dict[str, str]]) -> dict[str, Any]:
+    name, info = _dist_info(module_name, cache)
+    if not name or not info:
+        return {}
+    return {"distribution": name, "version": info.get("version"), "wheel_tag": info.get("wheel_tag")}
+
+
+def _sourcefile(obj: Any) -> str | None:
+    import inspect
+
+    try:
+        return inspect.getsourcefile(obj)
+    except Exception:
+        return None
+
+
+def _describe(target: str, obj: Any, owner: Any, module_name: str, dist_cache: dict[str, dict[str, str]]) -> dict[str, Any]:
+    import functools
+    import inspect
+
+    bound_method = False
+    if inspect.isclass(owner):
+        if isinstance(obj, staticmethod):
+            obj = obj.__func__
+        elif isinstance(obj, classmethod):
+            obj, bound_method = obj.__func__, True
+        elif isinstance(obj, property):
+            obj = obj.fget
+        elif inspect.isfunction(obj) or inspect.ismethoddescriptor(obj):
+            bound_method = True  # called through an instance: `self` is not passed by the caller
+    kw: dict[str, Any] = _dist_kw(module_name, dist_cache)
+    inner = obj
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    with contextlib.suppress(Exception):
+        inner = inspect.unwrap(inner)
+    if inspect.isclass(inner):
+        init = getattr(inner, "__init__", None)
+        inner_code = init if init is not None and init is not object.__init__ else inner
+    else:
+        inner_code = inner
+    kw["sourcefile"] = _sourcefile(inner)
+    with contextlib.suppress(Exception):
+        kw["line"] = inspect.getsourcelines(inner)[1]
+    doc = inspect.getdoc(obj) or (inspect.getdoc(inner) if inner is not obj else None)
+    if doc and not (inspect.ismodule(obj)):
+        kw["doc"] = "\n".join(doc.strip().splitlines()[:_DOC_LINES])
+    if inspect.ismodule(obj):
+        return _fact(target, "ok", kind="module", **kw)
+    try:
+        sig = inspect.signature(obj)  # follows __wrapped__ and applies functools.partial
+        params = _params_from_signature(sig)
+        if bound_method and params and params[0]["kind"] in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD"):
+            params = params[1:]
+        kw["signature"] = _render(params)
+        kw["params"] = params
+    except (ValueError, TypeError) as exc:
+        name = getattr(obj, "__name__", target.rsplit(".", 1)[-1])
+        parsed = pybind_signature(name, getattr(obj, "__doc__", None))
+        if parsed is None and inspect.isclass(obj):  # pybind11 classes document __init__ instead
+            parsed = pybind_signature("__init__", getattr(getattr(obj, "__init__", None), "__doc__", None))
+        if parsed is None:
+            return _fact(target, "no-signature", error=_short_error(exc), **kw)
+        kw["signature"], kw["params"] = parsed[0], parsed[1]
+        kw["signature_from"] = "pybind-docstring"
+    if inner is not obj or isinstance(obj, functools.partial):
+        kw["wrapped"] = f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', '?')}"
+    usage = _kwargs_from_object(inner_code)
+    if usage is not None:
+        kw["kwargs_reads"], kw["kwargs_forwarded"] = usage
+    return _fact(target, "ok", **kw)
+
+
+# ---------------------------------------------------------------- static fallback
+
+
+def _package_dirs(top: str, static_roots: list[str]) -> list[Path]:
+    """Where the package's source lives, found without executing it (find_spec of the top level)."""
+    dirs = [Path(r) for r in static_roots]
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(top)  # a top-level find_spec runs no package code
+        if spec is not None:
+            if spec.submodule_search_locations:
+                dirs.extend(Path(p).parent for p in spec.submodule_search_locations)
+            elif spec.origin and spec.origin.endswith(".py"):
+                dirs.append(Path(spec.origin).parent)
+    except BaseException:
+        pass
+    return dirs
+
+
+def _sdist_info(root: Path) -> dict[str, str]:
+    """Name and version from an unpacked sdist's PKG-INFO, when the static root is one."""
+    try:
+        text = (root / "PKG-INFO").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    info: dict[str, str] = {}
+    for line in text.splitlines()[:20]:
+        key, _, value = line.partition(": ")
+        if key == "Name":
+            info["distribution"] = value.strip()
+        elif key == "Version":
+            info["version"] = value.strip()
+    return info
+
+
+def _module_file(root: Path, parts: list[str]) -> Path | None:
+    base = root.joinpath(*parts)
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+    except SyntaxError:
+        return None
+
+
+def _static_params(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> list[dict[str, Any]]:
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    params = []
+    for i, arg in enumerate(positional):
+        kind = "POSITIONAL_ONLY" if i < len(a.posonlyargs) else "POSITIONAL_OR_KEYWORD"
+        d = defaults[i]
+        params.append({"name": arg.arg, "kind": kind, "default": ast.unparse(d) if d is not None else None})
+    if a.vararg:
+        params.append({"name": a.vararg.arg, "kind": "VAR_POSITIONAL", "default": None})
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+        params.append({"name": arg.arg, "kind": "KEYWORD_ONLY", "default": ast.unparse(d) if d is not None else None})
+    if a.kwarg:
+        params.append({"name": a.kwarg.arg, "kind": "VAR_KEYWORD", "default": None})
+    if drop_first and params and params[0]["kind"] != "VAR_POSITIONAL":
+        params = params[1:]
+    return params
+
+
+def _decorator_names(fn: ast.AST) -> list[str]:
+    out = []
+    for d in getattr(fn, "decorator_list", []):
+        node = d.func if isinstance(d, ast.Call) else d
+        out.append(ast.unparse(node))
+    return out
+
+
+def _find_def(body: list[ast.stmt], name: str) -> ast.AST | None:
+    """The last top-level definition of `name` that is not an @overload stub (runtime wins)."""
+    found: ast.AST | None = None
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
+            if any(d.endswith("overload") for d in _decorator_names(node)):
+                found = found or node
+                continue
+            found = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                found = node
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            for alias in node.names:
+                if (alias.asname or alias.name.split(".")[0]) == name:
+                    found = node
+        elif isinstance(node, ast.If | ast.Try):
+            inner = [*node.body, *getattr(node, "orelse", []), *[s for h in getattr(node, "handlers", []) for s in h.body]]
+            sub = _find_def(inner, name)
+            if sub is not None:
+                found = sub
+    return found
+
+
+def static_target(target: str, static_roots: list[str], _depth: int = 0, *, search_path: bool = True) -> dict[str, Any]:
+    """Read the target's signature from source without importing anything of the package."""
+    parts = target.split(".")
+    roots = _package_dirs(parts[0], static_roots) if search_path else [Path(r) for r in static_roots]
+    for root in roots:
+        for i in range(len(parts), 0, -1):
+            path = _module_file(root, parts[:i])
+            if path is None:
+                continue
+            tree = _parse(path)
+            if tree is None:
+                return _fact(target, "no-signature", "static", sourcefile=str(path), error="source does not parse")
+            fact = _static_walk(target, parts, i, path, tree, static_roots, _depth, search_path)
+            fact.update({k: v for k, v in _sdist_info(root).items() if k not in fact})
+            return fact
+    return _fact(target, "import-error", "static", error=f"no source found for {parts[0]} (searched {len(static_roots)} static root(s) and the interpreter's path)")
+
+
+def _static_walk(target: str, parts: list[str], used: int, path: Path, tree: ast.Module,
+                 static_roots: list[str], depth: int, search_path: bool = True) -> dict[str, Any]:
+    rest = parts[used:]
+    if not rest:
+        return _fact(target, "ok", "static", kind="module", sourcefile=str(path))
+    node = _find_def(tree.body, rest[0])
+    if node is None:
+        has_star = any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in tree.body)
+        dyn = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+        note = " (the module has star imports or __getattr__; a dynamic export is possible)" if has_star or dyn else ""
+        return _fact(target, "not-found", "static", sourcefile=str(path),
+                     error=f"{'.'.join(parts[:used + 1])} is not defined in {path.name}{note}")
+    if isinstance(node, ast.ImportFrom | ast.Import):
+        if depth > 5:
+            return _fact(target, "no-signature", "static", sourcefile=str(path), error="re-export chain too deep")
+        for alias in node.names:
+            if (alias.asname or alias.name.split(".")[0]) != rest[0]:
+                continue
+            if isinstance(node, ast.Import):
+                origin = alias.name
+            else:
+                base = node.module or ""
+                if node.level:
+                    pkg = parts[: used - (0 if path.name == "__init__.py" else 1)]
+                    pkg = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+                    base = ".".join([*pkg, base] if base else pkg)
+                origin = f"{base}.{alias.name}"
+            return static_target(".".join([origin, *rest[1:]]), static_roots, depth + 1,
+                                 search_path=origin.split(".")[0] != parts[0] or search_path)
+    if isinstance(node, ast.Assign | ast.AnnAssign):
+        return _fact(target, "no-signature", "static", sourcefile=str(path), line=node.lineno,
+                     error=f"assigned at module level: {ast.unparse(node)[:200]}")
+    bound = False
+    owner_is_class = False
+    for name in rest[1:]:
+        if not isinstance(node, ast.ClassDef):
+            return _fact(target, "not-found", "static", sourcefile=str(path), error=f"{name} is looked up on a non-class")
+        owner_is_class = True
+        sub = _find_def(node.body, name)
+        if sub is None:
+            bases = ", ".join(ast.unparse(b) for b in node.bases)
+            note = f" (it may be inherited from {bases})" if bases else ""
+            return _fact(target, "not-found", "static", sourcefile=str(path),
+                         error=f"{node.name}.{name} is not defined in {path.name}{note}")
+        node = sub
+    doc = ast.get_docstring(node) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else None
+    kw: dict[str, Any] = {"sourcefile": str(path), "line": getattr(node, "lineno", None)}
+    if doc:
+        kw["doc"] = "\n".join(doc.strip().splitlines()[:_DOC_LINES])
+    if isinstance(node, ast.ClassDef):
+        init = _find_def(node.body, "__init__")
+        if not isinstance(init, ast.FunctionDef):
+            return _fact(target, "no-signature", "static", error=f"class {node.name} defines no __init__ in its own body", **kw)
+        fn: ast.FunctionDef | ast.AsyncFunctionDef = init
+        bound = True
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        fn = node
+        decos = _decorator_names(fn)
+        bound = owner_is_class and "staticmethod" not in decos
+        opaque = [d for d in decos if d not in _TRANSPARENT_DECORATORS and not d.endswith(".setter")]
+        if opaque:
+            kw["error"] = f"decorated with {', '.join(opaque)}: the runtime signature may differ from the written one"
+    else:
+        return _fact(target, "no-signature", "static", error=f"unsupported definition {type(node).__name__}", **kw)
+    params = _static_params(fn, bound)
+    kw["params"] = params
+    kw["signature"] = _render(params)
+    usage = kwargs_usage(fn)
+    if usage is not None:
+        kw["kwargs_reads"], kw["kwargs_forwarded"] = usage
+    return _fact(target, "ok", "static", **kw)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    # Keep our JSON on the real stdout; anything the imported packages print goes to stderr.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    out = os.fdopen(out_fd, "w", buffering=1)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+
+    def emit(obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj, default=str) + "\n")
+        out.flush()
+
+    try:
+        request = json.loads(sys.stdin.read() or "{}")
+    except ValueError as exc:
+        emit({"event": "done", "error": f"bad request: {exc}"})
+        return 2
+    for p in reversed(request.get("extra_path") or []):
+        sys.path.insert(0, p)
+    static_roots = [str(p) for p in request.get("static_roots") or []]
+    never_import = set(request.get("never_import") or [])
+    dist_cache: dict[str, dict[str, str]] = {}
+    for target in request.get("targets") or []:
+        emit({"event": "start", "target": target})
+        try:
+            if target.split(".")[0] in never_import:
+                # the port under review: read from the snapshot, never from an (editable) install
+                fact = static_target(target, static_roots, search_path=False)
+            elif request.get("static_only"):
+                fact = static_target(target, static_roots)
+                fact.update({k: v for k, v in _dist_kw(target.split(".")[0], dist_cache).items() if k not in fact})
+            else:
+                fact = introspect_target(target, dist_cache)
+                if fact["status"] == "import-error":
+                    static = static_target(target, static_roots)
+                    static["error"] = f"import failed, read statically: {fact.get('error')}" + (
+                        f"; {static['error']}" if static.get("error") else "")
+                    if static["status"] != "import-error":
+                        static.update({k: v for k, v in _dist_kw(target.split(".")[0], dist_cache).items() if k not in static})
+                        fact = static
+        except BaseException as exc:  # keep going: one broken target is one fact
+            fact = _fact(target, "crash", error=_short_error(exc))
+        if fact.get("target") != target:  # a static read followed a re-export
+            fact["defined_as"], fact["target"] = fact.get("target"), target
+        emit({"event": "fact", **fact})
+    emit({
+        "event": "done",
+        "python": sys.executable,
+        "python_version": platform.python_version(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "distributions": dist_cache,
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+# Markdown for reviewers: summary.md (files, findings by category and severity, backends, probes,
+# coverage) and one page per file with every difference and finding linked to its file:line.
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from metax_audit.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
+from metax_audit.models import AuditReport, CallSite, Category, Difference, FileRecord, Finding, Severity
+
+FILES_DIR = "files"
+_STATUS_MARK = {"ok": "ok", NEEDS_ACTION: "**needs action**", NOT_ANALYSED: "_not analysed_"}
+
+# A link maker turns (repo-relative path, line) into a Markdown target, or None for plain text.
+Linker = Callable[[str, int], "str | None"]
+
+
+def page_name(path: str) -> str:
+    """files/<path with slashes as __>.md: flat, so the pages sort like the paths."""
+    return path.replace("/", "__") + ".md"
+
+
+def source_linker(report: AuditReport, page_dir: Path) -> Linker:
+    """Links into the audited repo when the page lies inside it (reports/ in the checkout)."""
+    if not report.snapshot.repo:
+        return no_links
+    try:
+        repo = Path(report.snapshot.repo).resolve()
+        rel = os.path.relpath(repo, page_dir.resolve())
+        page_dir.resolve().relative_to(repo)
+    except (ValueError, OSError):
+        return no_links
+    prefix = Path(rel).as_posix()
+
+    def link(path: str, line: int) -> str | None:
+        if not path:
+            return None
+        return f"{prefix}/{path}" + (f"#L{line}" if line else "")
+
+    return link
+
+
+def no_links(path: str, line: int) -> str | None:
+    return None
+
+
+# ---------------------------------------------------------------- helpers
+
+
+_SPECIAL = re.compile(r"([\\*_\[\]<>|])")
+
+
+def _md(text: str) -> str:
+    """Plain text with its `code spans` kept: Markdown and HTML specials outside them escaped."""
+    text = " ".join(text.split())
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: no code spans at all
+        return _SPECIAL.sub(r"\\\1", text).replace("`", "\\`")
+    return "`".join(_SPECIAL.sub(r"\\\1", p) if i % 2 == 0 else p.replace("|", "\\|") for i, p in enumerate(parts))
+
+
+def _code(text: str) -> str:
+    text = " ".join(text.split())
+    return f"`{text}`" if "`" not in text else _md(text)
+
+
+def _cell(text: object) -> str:
+    return _md("" if text is None else str(text)) or " "
+
+
+def _loc(path: str, line: int, link: Linker) -> str:
+    label = f"{path}:{line}" if line else path
+    target = link(path, line)
+    return f"[`{label}`]({target})" if target else f"`{label}`"
+
+
+def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(_cell(c) if not isinstance(c, _Raw) else str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+class _Raw(str):
+    """A cell already written as Markdown (a link); not escaped again."""
+
+
+def _finding_line(f: Finding, link: Linker) -> list[str]:
+    waived = f" — waived: {f.waiver_reason or 'no reason given'}" if f.waived else ""
+    head = f"- **{f.severity.value}** `{f.rule}` {_loc(f.location.path, f.location.line, link)}"
+    if f.location.symbol:
+        head += f" `{f.location.symbol}`"
+    out = [f"{head}: {_md(f.message)}{_md(waived)} <sub>{f.id}</sub>"]
+    out += [f"  - {_code(e)}" for e in f.evidence]
+    return out
+
+
+def _inline(text: str) -> str:
+    return _md(text)
+
+
+# ---------------------------------------------------------------- summary
+
+
+def render_summary(report: AuditReport, link: Linker = no_links, page_link: Callable[[str], str] | None = None) -> str:
+    page_link = page_link or (lambda p: f"{FILES_DIR}/{page_name(p)}")
+    snap = report.snapshot
+    out = ["# metax-audit review", "", f"**{summary_line(report)}**", ""]
+    commit = snap.commit[:12] if snap.commit else "no commit"
+    label = f" `{snap.label}`" if snap.label else ""
+    out.append(f"- snapshot: {snap.mode}{label} at `{commit}`" + (" (worktree dirty)" if snap.dirty else ""))
+    if report.upstream:
+        up = report.upstream
+        out.append(f"- upstream: `{up.package}` {up.version or 'unknown version'} ({up.source})")
+    else:
+        out.append("- upstream: none (no comparison with upstream)")
+    if report.base:
+        out.append(f"- base (last synced release): `{report.base.package}` {report.base.version or 'unknown version'} ({report.base.source})")
+    out.append(f"- tool: metax-audit {report.tool_version}" + (f", generated {report.generated_at}" if report.generated_at else ""))
+    cov = report.coverage
+    out.append(
+        f"- coverage: {cov.analysed} of {cov.in_scope} files in scope analysed"
+        + (f", {len(cov.skipped)} not analysed" if cov.skipped else "")
+        + (f", {len(cov.left_out)} left out by PATHS" if cov.left_out else "")
+    )
+    out.append("")
+
+    not_run = [s for s in report.stages if not s.ran]
+    if not_run:
+        out.append("> **Stages that did not run:** " + "; ".join(f"{s.name}" + (f" ({_inline(s.note)})" if s.note else "") for s in not_run))
+        out.append("")
+
+    out += ["## Findings by category", ""]
+    out += _category_table(report.findings)
+    out.append("")
+
+    out += ["## Files", ""]
+    rows = []
+    for rec in report.files:
+        counts = severity_counts(_findings_of(report, rec))
+        declared = sum(d.declared for d in rec.differences)
+        rows.append([
+            _Raw(f"[`{rec.path}`]({page_link(rec.path)})"),
+            _Raw(_STATUS_MARK.get(rec.status, rec.status)),
+            _Raw(f"`{rec.upstream_path}`") if rec.upstream_path else "—",
+            f"{declared}/{len(rec.differences)}",
+            f"{counts['error']}/{counts['warning']}/{counts['info']}",
+            len(rec.probes),
+            rec.status_reason,
+        ])
+    out += _table(["file", "status", "upstream", "declared/differences", "E/W/I", "probes", "note"], rows) if rows else ["_No files in scope._"]
+    out.append("")
+
+    out += ["## Backends", ""]
+    if report.backends:
+        rows = []
+        for b in report.backends:
+            where = _Raw(_loc(b.registered_at.path, b.registered_at.line, link)) if b.registered_at else "not registered"
+            kernels = sorted({h.resolved or h.qualname for h in b.chain if h.role in ("wrapper", "kernel")})
+            shown = ", ".join(f"`{k}`" for k in kernels[:4]) + (f" (+{len(kernels) - 4} more on the file pages)" if len(kernels) > 4 else "")
+            rows.append([b.name, _Raw(f"`{b.class_path}`"), where, "yes" if b.active else "no", len(b.chain), len(b.unresolved), _Raw(shown or "—")])
+        out += _table(["backend", "class", "registered at", "active", "hops", "unresolved", "kernels"], rows)
+    else:
+        out.append(_stage_note(report, "trace", "No backends traced."))
+    out.append("")
+
+    out += ["## Probes", ""]
+    if report.probes:
+        rows = [[probe_id(p), p.verdict, p.matched or "—", p.expected or "—", _num(p.worst_error), p.device or "—", p.skipped_reason or ""] for p in report.probes]
+        out += _table(["probe", "verdict", "matched", "expected", "worst error", "device", "reason"], rows)
+    else:
+        out.append("_No probes ran: kernel semantics are unvalidated in this report._")
+    out.append("")
+
+    if cov.skipped or cov.left_out:
+        out += ["## Coverage gaps", ""]
+        out += [f"- not analysed: `{s.path}`: {_inline(s.reason)}" for s in cov.skipped]
+        out += [f"- left out: `{s.path}`: {_inline(s.reason)}" for s in cov.left_out]
+        out.append("")
+
+    out += ["## Findings", ""]
+    if report.findings:
+        for sev in Severity:
+            group = [f for f in report.findings if f.severity is sev]
+            if group:
+                out += [f"### {sev.value} ({len(group)})", ""]
+                for f in group:
+                    out += _finding_line(f, link)
+                out.append("")
+    else:
+        out += ["_No findings._", ""]
+
+    if report.test_run:
+        t = report.test_run
+        out += ["## Port test run", "", f"`{t.command}` exited {t.exit_code} in {t.seconds:.1f} s", "", "```", t.output_tail.rstrip(), "```", ""]
+
+    if report.stages:
+        out += ["## Stages", ""]
+        out += _table(["stage", "ran", "seconds", "note"], [[s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", s.note] for s in report.stages])
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _category_table(findings: tuple[Finding, ...]) -> list[str]:
+    if not findings:
+        return ["_No findings._"]
+    rows = []
+    for cat in Category:
+        here = [f for f in findings if f.category is cat]
+        if not here:
+            continue
+        c = severity_counts(here)
+        rows.append([cat.value, c["error"], c["warning"], c["info"], sum(f.waived for f in here)])
+    return _table(["category", "error", "warning", "info", "waived"], rows)
+
+
+def _findings_of(report: AuditReport, rec: FileRecord) -> list[Finding]:
+    ids = set(rec.findings)
+    return [f for f in report.findings if f.id in ids]
+
+
+def _stage_note(report: AuditReport, stage: str, default: str) -> str:
+    for s in report.stages:
+        if s.name == stage and not s.ran:
+            return f"_The {stage} stage did not run{': ' + _inline(s.note) if s.note else ''}._"
+    return f"_{default}_"
+
+
+def _num(x: object) -> str:
+    if isinstance(x, float):
+        return f"{x:.3g}"
+    return "—" if x is None else str(x)
+
+
+# ---------------------------------------------------------------- per-file page
+
+
+def _calls_in(report: AuditReport, path: str) -> list[CallSite]:
+    seen: dict[tuple[int, str, str], CallSite] = {}
+    for b in report.backends:
+        for c in b.calls:
+            if c.location.path == path:
+                seen.setdefault((c.location.line, c.callee_text, c.resolved or ""), c)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _difference_table(rec: FileRecord, diffs: list[Difference], inactive: set[int], link: Linker) -> list[str]:
+    rows = []
+    for d in diffs:
+        where = _loc(rec.path, d.line, link) if d.line else "upstream only" + (f" (line {d.upstream_line})" if d.upstream_line else "")
+        kind = d.kind + (" (inactive)" if d.line and d.line in inactive else "")
+        rows.append([_Raw(where), kind, d.symbol, _Raw("yes" if d.declared else "**no**"), d.reason, d.action, d.validation, d.detail])
+    return _table(["where", "kind", "symbol", "declared", "reason", "proposed action", "validation", "detail"], rows)
+
+
+def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_links, summary_href: str = "../summary.md") -> str:
+    out = [f"# `{rec.path}`", "", f"[back to summary]({summary_href})", ""]
+    out.append(f"- status: {_STATUS_MARK.get(rec.status, rec.status)}" + (f" — {_inline(rec.status_reason)}" if rec.status_reason else ""))
+    out.append(f"- in scope because: {rec.reason}")
+    if rec.upstream_path:
+        out.append(f"- upstream counterpart: `{rec.upstream_path}`")
+    elif any(s.name == "compare" and s.ran for s in report.stages) or not report.stages:
+        out.append("- upstream counterpart: none (vendor-only file)")
+    else:
+        out.append("- upstream counterpart: unknown (compare did not run)")
+    out.append("")
+
+    out += ["## Registrations", ""]
+    if rec.registrations:
+        for r in rec.registrations:
+            state = "resolves" if r.resolved else "**does not resolve**"
+            out.append(f"- {r.kind} `{r.name}` → `{r.class_path}` at {_loc(r.location.path, r.location.line, link)} ({state})")
+    else:
+        out.append("_None._")
+    out.append("")
+
+    out += ["## Callers", ""]
+    out += [f"- {_loc(c, 0, link)}" for c in rec.callers] or ["_No importers found in scope._"]
+    out.append("")
+
+    findings = _findings_of(report, rec)
+    inactive = {f.location.line for f in findings if f.category is Category.INACTIVE_PATH}
+    out += ["## Differences from upstream", ""]
+    if rec.differences:
+        # Cosmetic differences (import order, unused imports) are listed, folded, after the rest.
+        real = [d for d in rec.differences if d.kind != "cosmetic"]
+        cosmetic = [d for d in rec.differences if d.kind == "cosmetic"]
+        out += _difference_table(rec, real, inactive, link) if real else ["_Only cosmetic differences._"]
+        if cosmetic:
+            out += ["", f"<details><summary>{len(cosmetic)} cosmetic difference{'s' if len(cosmetic) != 1 else ''}</summary>", ""]
+            out += _difference_table(rec, cosmetic, inactive, link)
+            out += ["", "</details>"]
+    else:
+        out.append("_None recorded._" if rec.upstream_path else "_No upstream counterpart to compare with._")
+    out.append("")
+
+    out += ["## Findings", ""]
+    if findings:
+        for f in findings:
+            out += _finding_line(f, link)
+    else:
+        out.append("_None._")
+    out.append("")
+
+    out += ["## Probe coverage", ""]
+    by_id = {probe_id(p): p for p in report.probes}
+    if rec.probes:
+        rows = [[pid, by_id[pid].verdict, by_id[pid].matched or "—", by_id[pid].skipped_reason or ""] for pid in rec.probes if pid in by_id]
+        out += _table(["probe", "verdict", "matched", "reason"], rows)
+    else:
+        out.append("_No probe reaches the kernels this file calls: its kernel semantics are unvalidated._")
+    out.append("")
+
+    calls = _calls_in(report, rec.path)
+    if calls:
+        out += ["## Traced calls", ""]
+        rows = [[_Raw(_loc(rec.path, c.location.line, link)), _Raw(f"`{c.callee_text}`"), c.resolved or f"unresolved ({c.origin})", c.branch or "—"] for c in calls]
+        out += _table(["where", "call", "resolved", "branch"], rows)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

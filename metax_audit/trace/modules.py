@@ -1,0 +1,192 @@
+# The module index of a snapshot (and of the upstream tree): dotted name <-> file, one parse per
+# file, its imports and top-level definitions. Parse failures and oversize files become skips.
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# griffe could load the same structure, but the tracer needs the raw function bodies, the import
+# statements nested inside functions and the comment lines inside calls; one ast pass per file
+# that the chain really reaches is cheaper than loading both whole packages.
+
+
+@dataclass
+class ModuleInfo:
+    name: str  # dotted module name
+    path: str  # repo-relative posix path (port) or path under the upstream root (upstream)
+    origin: str  # "port" | "upstream"
+    is_package: bool
+    tree: ast.Module
+    source: str
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted target
+    star_imports: list[str] = field(default_factory=list)
+    defs: dict[str, ast.AST] = field(default_factory=dict)  # ClassDef / FunctionDef by name
+    assigns: dict[str, ast.expr] = field(default_factory=dict)  # NAME = expr at module level
+    _comments: dict[int, str] | None = None
+
+    @property
+    def package(self) -> str:
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+    def comment_lines(self) -> dict[int, str]:
+        """Line -> text of comments that stand alone on their line (tokenize keeps what ast drops)."""
+        if self._comments is None:
+            out: dict[int, str] = {}
+            lines = self.source.splitlines()
+            try:
+                for tok in tokenize.generate_tokens(io.StringIO(self.source).readline):
+                    if tok.type == tokenize.COMMENT:
+                        row, col = tok.start
+                        if lines[row - 1][:col].strip() == "":
+                            out[row] = tok.string
+            except (tokenize.TokenError, SyntaxError, IndexError):
+                out = {}
+            self._comments = out
+        return self._comments
+
+
+def resolve_relative(package: str, level: int, module: str | None) -> str:
+    """`from ..x import y` inside `package` -> absolute dotted module."""
+    parts = package.split(".") if package else []
+    if level > 1:
+        parts = parts[: len(parts) - (level - 1)]
+    base = ".".join(parts)
+    if module:
+        return f"{base}.{module}" if base else module
+    return base
+
+
+def collect_imports(stmts: list[ast.stmt] | list[ast.AST], package: str, into: dict[str, str], stars: list[str] | None = None) -> None:
+    """Record import statements among `stmts` (and nested in if/try blocks, not in defs)."""
+    for node in stmts:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    into[a.asname] = a.name
+                else:
+                    top = a.name.split(".")[0]
+                    into[top] = top
+        elif isinstance(node, ast.ImportFrom):
+            mod = resolve_relative(package, node.level, node.module) if node.level else (node.module or "")
+            for a in node.names:
+                if a.name == "*":
+                    if stars is not None:
+                        stars.append(mod)
+                    continue
+                into[a.asname or a.name] = f"{mod}.{a.name}" if mod else a.name
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            for block in _blocks(node):
+                collect_imports(block, package, into, stars)
+
+
+def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    out = []
+    for name in ("body", "orelse", "finalbody"):
+        b = getattr(node, name, None)
+        if b:
+            out.append(b)
+    for h in getattr(node, "handlers", []) or []:
+        out.append(h.body)
+    return out
+
+
+@dataclass(frozen=True)
+class Skip:
+    path: str
+    reason: str
+
+
+class ModuleIndex:
+    """Finds and parses modules of the port snapshot and the upstream tree, lazily, once each."""
+
+    def __init__(self, port_root: Path, port_package: str, upstream_root: Path | None, upstream_package: str, max_bytes: int = 2_000_000) -> None:
+        self.port_root = port_root
+        self.port_package = port_package
+        self.upstream_root = upstream_root
+        self.upstream_package = upstream_package
+        self.max_bytes = max_bytes
+        self._cache: dict[str, ModuleInfo | None] = {}
+        self.skips: dict[str, Skip] = {}
+
+    def origin_of(self, dotted: str) -> str | None:
+        top = dotted.split(".")[0]
+        if top == self.port_package.split(".")[0]:
+            return "port"
+        if top == self.upstream_package.split(".")[0]:
+            return "upstream"
+        return None
+
+    def _file_for(self, name: str) -> tuple[Path, Path, bool] | None:
+        origin = self.origin_of(name)
+        root = self.port_root if origin == "port" else self.upstream_root if origin == "upstream" else None
+        if root is None:
+            return None
+        rel = Path(*name.split("."))
+        for cand, pkg in ((root / rel.with_suffix(".py"), False), (root / rel / "__init__.py", True)):
+            if cand.is_file():
+                return root, cand, pkg
+        return None
+
+    def exists(self, name: str) -> bool:
+        return (name in self._cache and self._cache[name] is not None) or self._file_for(name) is not None
+
+    def get(self, name: str) -> ModuleInfo | None:
+        if name in self._cache:
+            return self._cache[name]
+        found = self._file_for(name)
+        info = None
+        if found is not None:
+            root, path, pkg = found
+            rel = path.relative_to(root).as_posix()
+            info = self._parse(name, rel, path, pkg)
+        self._cache[name] = info
+        return info
+
+    def module_for_path(self, rel: str) -> ModuleInfo | None:
+        p = Path(rel)
+        parts = list(p.with_suffix("").parts)
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        return self.get(".".join(parts)) if parts else None
+
+    def _parse(self, name: str, rel: str, path: Path, pkg: bool) -> ModuleInfo | None:
+        try:
+            size = path.stat().st_size
+            if size > self.max_bytes:
+                self.skips[rel] = Skip(rel, f"not traced: {size} bytes, over the {self.max_bytes}-byte limit for generated files")
+                return None
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source, filename=rel)
+        except SyntaxError as exc:
+            self.skips[rel] = Skip(rel, f"syntax error at line {exc.lineno}: {exc.msg}")
+            return None
+        except (RecursionError, MemoryError) as exc:
+            self.skips[rel] = Skip(rel, f"not traced: too deeply nested to parse ({type(exc).__name__})")
+            return None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self.skips[rel] = Skip(rel, f"unreadable: {exc}")
+            return None
+        origin = self.origin_of(name) or "port"
+        info = ModuleInfo(name=name, path=rel, origin=origin, is_package=pkg, tree=tree, source=source)
+        collect_imports(tree.body, info.package, info.imports, info.star_imports)
+        for node in tree.body:
+            _index_def(node, info)
+        return info
+
+
+def _index_def(node: ast.AST, info: ModuleInfo) -> None:
+    if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        info.defs[node.name] = node
+    elif isinstance(node, ast.Assign):
+        for t in node.targets:
+            if isinstance(t, ast.Name):
+                info.assigns[t.id] = node.value
+    elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+        info.assigns[node.target.id] = node.value
+    elif isinstance(node, ast.If | ast.Try):
+        for block in _blocks(node):
+            for sub in block:
+                _index_def(sub, info)

@@ -1,0 +1,177 @@
+# Accepted findings, kept in a YAML file with a reason and an optional expiry date. Waivers go
+# stale loudly: an entry that matches nothing, or is past its date, becomes a finding itself.
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from metax_audit.errors import ConfigError
+from metax_audit.findings import make_finding, rule
+from metax_audit.models import Category, Finding, Location, Severity
+
+R_UNMATCHED = rule(
+    "MXA210", Category.COVERAGE, Severity.WARNING,
+    "waiver entry matches no finding",
+    "The waivers file accepts a finding that this run did not produce: the code was fixed or moved, "
+    "or the entry is mistyped. Delete the entry (or correct its rule/path/symbol).",
+).id
+R_EXPIRED = rule(
+    "MXA211", Category.COVERAGE, Severity.WARNING,
+    "waiver entry is past its expiry date",
+    "The entry's `expires` date has passed, so it no longer suppresses anything. Fix the finding, "
+    "or renew the entry with a new date and a current reason.",
+).id
+
+_KEYS = {"rule", "path", "symbol", "message", "reason", "expires"}
+
+
+@dataclass(frozen=True)
+class Waiver:
+    rule: str  # rule id or category, fnmatch pattern ("MXA2*", "undeclared-difference")
+    path: str  # fnmatch pattern on the repo-relative path
+    symbol: str | None
+    message: str | None  # substring of the finding message
+    reason: str
+    expires: date | None
+    line: int  # where the entry starts in the waivers file
+
+    def matches(self, f: Finding) -> bool:
+        if not (fnmatch.fnmatchcase(f.rule, self.rule) or fnmatch.fnmatchcase(f.category.value, self.rule)):
+            return False
+        if not fnmatch.fnmatchcase(f.location.path, self.path):
+            return False
+        if self.symbol is not None and not fnmatch.fnmatchcase(f.location.symbol, self.symbol):
+            return False
+        return self.message is None or self.message in f.message
+
+
+def load_waivers(path: Path) -> list[Waiver]:
+    """Parse the waivers file: a list of entries, or a mapping with a `waivers:` list."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"waivers file {path} cannot be read: {exc.strerror}") from exc
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"waivers file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return []
+    items_node = node
+    if isinstance(data, dict):
+        data = data.get("waivers") or []
+        items_node = next((v for k, v in node.value if k.value == "waivers"), None)  # type: ignore[union-attr]
+    if not isinstance(data, list):
+        raise ConfigError(f"waivers file {path}: expected a list of entries (or `waivers:` holding one)")
+    lines = [n.start_mark.line + 1 for n in getattr(items_node, "value", [])] if items_node is not None else []
+    return [_entry(item, path, lines[i] if i < len(lines) else 0) for i, item in enumerate(data)]
+
+
+def _entry(item: Any, path: Path, line: int) -> Waiver:
+    where = f"{path}:{line}"
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: each waiver must be a mapping with rule, path and reason")
+    unknown = set(item) - _KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown waiver key(s) {', '.join(sorted(map(str, unknown)))} (known: {', '.join(sorted(_KEYS))})")
+    for key in ("rule", "reason"):
+        if not isinstance(item.get(key), str) or not item[key].strip():
+            raise ConfigError(f"{where}: waiver needs a non-empty `{key}`")
+    expires = item.get("expires")
+    if isinstance(expires, str):
+        try:
+            expires = date.fromisoformat(expires)
+        except ValueError:
+            raise ConfigError(f"{where}: expires must be YYYY-MM-DD, got {expires!r}") from None
+    if expires is not None and not isinstance(expires, date):
+        raise ConfigError(f"{where}: expires must be YYYY-MM-DD")
+    return Waiver(
+        rule=item["rule"].strip(),
+        path=str(item.get("path") or "*"),
+        symbol=None if item.get("symbol") is None else str(item["symbol"]),
+        message=None if item.get("message") is None else str(item["message"]),
+        reason=item["reason"].strip(),
+        expires=expires,
+        line=line,
+    )
+
+
+def apply_waivers(findings: Sequence[Finding], waivers_path: Path | None, today: date) -> tuple[list[Finding], dict]:
+    """Mark waived findings (waived=True, waiver_reason) and add findings for stale entries."""
+    if waivers_path is None:
+        return list(findings), {"file": None, "entries": 0, "waived": 0, "unmatched": 0, "expired": 0, "by_rule": {}}
+    entries = load_waivers(waivers_path)
+    used: Counter[int] = Counter()
+    out: list[Finding] = []
+    by_rule: Counter[str] = Counter()
+    active = [(i, w) for i, w in enumerate(entries) if w.expires is None or w.expires >= today]
+    for f in findings:
+        hit = next(((i, w) for i, w in active if w.matches(f)), None)
+        if hit is None or f.waived:
+            out.append(f)
+            continue
+        used[hit[0]] += 1
+        by_rule[f.rule] += 1
+        out.append(replace(f, waived=True, waiver_reason=hit[1].reason))
+    unmatched = expired = 0
+    for i, w in enumerate(entries):
+        loc = Location(str(waivers_path), w.line, w.symbol or "")
+        desc = f"rule={w.rule} path={w.path}" + (f" symbol={w.symbol}" if w.symbol else "") + (f" message~{w.message!r}" if w.message else "")
+        if w.expires is not None and w.expires < today:
+            expired += 1
+            still = sum(1 for f in findings if w.matches(f))
+            out.append(make_finding(R_EXPIRED, loc, f"waiver ({desc}) expired on {w.expires.isoformat()}",
+                                    [f"{waivers_path}:{w.line}", f"reason was: {w.reason}", f"{still} finding(s) it would match are active again"]))
+        elif used[i] == 0:
+            unmatched += 1
+            out.append(make_finding(R_UNMATCHED, loc, f"waiver ({desc}) matches no finding", [f"{waivers_path}:{w.line}", f"reason: {w.reason}"]))
+    summary = {
+        "file": str(waivers_path),
+        "entries": len(entries),
+        "waived": sum(used.values()),
+        "unmatched": unmatched,
+        "expired": expired,
+        "by_rule": dict(sorted(by_rule.items())),
+    }
+    return out, summary
+
+
+def generate_waivers(findings: Sequence[Finding]) -> str:
+    """A starting waivers file: one entry per active finding, each needing a real reason."""
+    lines = [
+        "# metax-audit waivers: each entry accepts the findings it matches (rule, path glob, optional",
+        "# symbol and message substring). Replace every TODO reason; add `expires: YYYY-MM-DD` to make",
+        "# an entry go stale. Entries that match nothing, or are past their date, become findings.",
+        "waivers:",
+    ]
+    seen: set[tuple[str, str, str, str]] = set()
+    for f in sorted(findings, key=lambda f: (f.location.path, f.location.line, f.rule)):
+        if f.waived or f.rule in {R_UNMATCHED, R_EXPIRED}:
+            continue
+        key = (f.rule, f.location.path, f.location.symbol, f.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        lines.append(f"  - rule: {f.rule}  # {f.category.value}, {f.severity.value}")
+        lines.append(f"    path: {json.dumps(f.location.path)}")
+        if f.location.symbol:
+            lines.append(f"    symbol: {json.dumps(f.location.symbol)}")
+        lines.append(f"    message: {json.dumps(f.message[:80])}")
+        lines.append(f"    reason: {json.dumps('TODO: why this is accepted (line ' + str(f.location.line) + ')')}")
+        lines.append("    # expires: YYYY-MM-DD")
+    if len(lines) == 4:
+        lines[-1] = "waivers: []"
+    return "\n".join(lines) + "\n"

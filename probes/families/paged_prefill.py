@@ -1,0 +1,97 @@
+# The paged-prefill family: ragged query tokens (prefill/append) against a paged KV cache, with
+# its built-in targets (explicit torch reference, FlashInfer's BatchPrefill paged wrapper).
+from __future__ import annotations
+
+from typing import Any
+
+from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
+
+NAME = "paged-prefill"
+CONTROLS = ("sm_scale", "causal", "kv_layout", "k_scale", "v_scale", "return_lse")
+CONVENTION = """\
+paged-prefill: target(q, k_cache, v_cache, block_table, seq_lens, qo_lens, *, sm_scale, causal=True,
+                      kv_layout="NHD", k_scale=None, v_scale=None, return_lse=False) -> out | (out, lse)
+  q            [sum(qo_lens), Hq, D]: the query tokens of all requests, concatenated in request order
+  k_cache, v_cache, block_table, kv_layout, k_scale, v_scale: as in paged-decode
+  seq_lens     int32 [B]: KV length of each request, the new tokens included (seq_lens >= qo_lens)
+  qo_lens      int32 [B]: query tokens per request (0 = a padded request with no rows)
+  causal       query i of request r sits at position seq_lens[r] - qo_lens[r] + i and sees keys
+               0..that position (bottom-right alignment)
+  lse          [sum(qo_lens), Hq] fp32; convention default natural log, [tokens, heads]
+  out          [sum(qo_lens), Hq, D], q's dtype"""
+
+
+class TorchPagedPrefill:
+    def __call__(self, q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, qo_lens: Any, *, sm_scale: float,
+                 causal: bool = True, kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None,
+                 return_lse: bool = False) -> Any:
+        from probes import reference
+
+        out, lse = reference.paged_prefill(q, k_cache, v_cache, block_table, seq_lens, qo_lens, sm_scale=sm_scale, causal=causal,
+                                           kv_layout=kv_layout, k_scale=1.0 if k_scale is None else float(k_scale),
+                                           v_scale=1.0 if v_scale is None else float(v_scale))
+        out = out.to(q.dtype)
+        return (out, lse.float()) if return_lse else out
+
+
+class FlashInferPagedPrefill:
+    __probe_declares__ = {"lse": "base-2/[T,H]", "lse_base": "2"}
+
+    def __init__(self, device: str, backend: str = "fa2") -> None:
+        from probes.families._flashinfer import import_flashinfer
+
+        self._fi = import_flashinfer()
+        self._device = device
+        # FA2 code path: the one MetaX's FlashInfer 0.2.6 build derives from (no Hopper FA3 there);
+        # `--option fi_backend=auto` probes whatever FlashInfer picks on this GPU instead.
+        self._backend = backend
+        self._wrappers: dict[str, Any] = {}
+
+    def _wrapper(self, layout: str) -> Any:
+        import torch
+
+        if layout not in self._wrappers:
+            ws = torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device=self._device)
+            self._wrappers[layout] = self._fi.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout=layout, backend=self._backend)
+        return self._wrappers[layout]
+
+    def __call__(self, q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, qo_lens: Any, *, sm_scale: float,
+                 causal: bool = True, kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None,
+                 return_lse: bool = False) -> Any:
+        import torch
+
+        from probes.families._flashinfer import paged_metadata
+
+        page = k_cache.shape[1] if kv_layout == "NHD" else k_cache.shape[2]
+        hkv = k_cache.shape[2] if kv_layout == "NHD" else k_cache.shape[1]
+        indptr, indices, last = paged_metadata(block_table, seq_lens, page, self._device)
+        qo_indptr = torch.tensor([0, *qo_lens.to("cpu").long().cumsum(0).tolist()], dtype=torch.int32, device=self._device)
+        w = self._wrapper(kv_layout)
+        w.plan(qo_indptr, indptr, indices, last, q.shape[1], hkv, q.shape[2], page, causal=causal, sm_scale=sm_scale,
+               q_data_type=q.dtype, kv_data_type=k_cache.dtype)
+        return w.run(q, (k_cache, v_cache), k_scale=k_scale, v_scale=v_scale, return_lse=return_lse)
+
+
+BUILTIN = ("torch-reference", "flashinfer:BatchPrefillWithPagedKVCacheWrapper")
+
+
+def load(spec: str, ctx: ProbeContext) -> Target:
+    if spec == "torch-reference":
+        obj = TorchPagedPrefill()
+        sig, controls = inspect_controls(obj, CONTROLS)
+        return Target(spec, NAME, obj, sig, controls)
+    from probes.families._flashinfer import accepts, require_cuda, signature_text
+
+    require_cuda(ctx.device)
+    fi_obj = FlashInferPagedPrefill(ctx.device, ctx.options.get("fi_backend", "fa2"))
+    w = fi_obj._fi.BatchPrefillWithPagedKVCacheWrapper
+    have = {c for c in ("k_scale", "v_scale", "return_lse") if accepts(w.run, c)}
+    have |= {c for c in ("sm_scale", "causal") if accepts(w.plan, c)}
+    if accepts(w.__init__, "kv_layout"):
+        have.add("kv_layout")
+    sig, _ = inspect_controls(fi_obj, CONTROLS)
+    notes = (f"FlashInfer prefill backend: {fi_obj._backend}", f"inspected: {signature_text(w.run, 'BatchPrefillWithPagedKVCacheWrapper.run')}",)
+    return Target(spec, NAME, fi_obj, sig, frozenset(have), declares=dict(fi_obj.__probe_declares__), notes=notes)
+
+
+FAMILIES = (FamilySpec(name=NAME, convention=CONVENTION, load=load, builtin_targets=BUILTIN, controls=CONTROLS),)

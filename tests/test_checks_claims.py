@@ -1,0 +1,42 @@
+# The `claim` check: capability comments paired with the code under them, enforced (raise,
+# assert, switch) or comment only, and negative claims whose listed names the code still uses.
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from metax_audit.checks.claims import check_claims, claims_in
+from metax_audit.models import Discovery, SourceFile
+
+
+def run(root: Path, text: str) -> list[tuple[int, str]]:
+    (root / "port").mkdir(exist_ok=True)
+    (root / "port/x.py").write_text(text)
+    d = Discovery(root, "port", (SourceFile("port/x.py", "port.x", "glob"),), (), (), (), {})
+    return [(f.location.line, f.rule) for f in check_claims(d)]
+
+
+CASES = {
+    "raise enforces": ("def f(x):\n    # fp8 is not supported here\n    if x:\n        raise NotImplementedError('fp8')\n", [(2, "MXA141")]),
+    "assert enforces": ("def f(x):\n    # only supports contiguous input\n    assert x.is_contiguous()\n", [(2, "MXA141")]),
+    "switch enforces": ("class C:\n    def use(self):\n        # cascade doesn't work, disable it\n        return False\n", [(3, "MXA141")]),
+    "comment only": ("def f(x):\n    # the kernel cannot handle sliding windows\n    return g(x)\n", [(2, "MXA140")]),
+    "trailing comment": ("def f(kv):\n    y = kv.permute(0, 2, 1)  # HND and contiguous\n    return y\n", [(2, "MXA140")]),
+    "trailing contiguous enforced": ("def f(kv):\n    y = kv.permute(0, 2, 1).contiguous()  # contiguous\n    return y\n", [(2, "MXA141")]),
+    "no claim words": ("def f(x):\n    # compute the output\n    return x\n", []),
+    "commented-out code is not a claim": ("def f(x):\n    # return supported(x, contiguous=True)\n    return x\n", []),
+    "listed name used": ("# Note: does not support:\n#   - FancyWrapper\nfrom k import FancyWrapper\nw = FancyWrapper()\n", [(1, "MXA142")]),
+    "name before the phrase is not its object": ("# The `fancy_kernel` cannot handle unaligned starts, so round down.\nx = fancy_kernel(1)\n", [(1, "MXA140")]),
+    "listed name unused": ("# Note: does not support:\n#   - FancyWrapper\nfrom k import Other\n", [(1, "MXA140")]),
+}
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES.values(), ids=CASES.keys())
+def test_claim_table(tmp_path: Path, text: str, expected: list[tuple[int, str]]) -> None:
+    assert run(tmp_path, text) == expected
+
+
+def test_block_comment_is_one_claim() -> None:
+    claims = claims_in("# /---- note ----\\\n# Currently it does not support:\n#  - A\n# \\----\nx = 1\n")
+    assert [(c.line, c.end, c.phrase) for c in claims] == [(1, 4, "does not support")]

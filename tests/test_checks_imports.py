@@ -1,0 +1,65 @@
+# The `import` check: names the port imports from a kernel package, against introspection facts
+# (installed or read statically), including private helpers; unknown facts are info, never errors.
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from metax_audit.checks.imports import check_imports, imported_names
+from metax_audit.models import CallableFact, Discovery, Severity, SourceFile, StackFacts
+
+PORT = '''\
+from kern import Wrapper, NewWrapper
+from kern.decode import _range_buf
+import kern.jit
+try:
+    from kern.fancy import turbo
+except ImportError:
+    turbo = None
+
+def lazy():
+    from kern.utils import helper
+    from os import path
+    return helper, path
+'''
+
+
+def discovery(root: Path, text: str = PORT) -> Discovery:
+    (root / "port").mkdir(parents=True, exist_ok=True)
+    (root / "port/attn.py").write_text(text)
+    return Discovery(root, "port", (SourceFile("port/attn.py", "port.attn", "glob"),), (), (), (), {})
+
+
+def fact(target: str, status: str = "ok", source: str = "import") -> CallableFact:
+    return CallableFact(target, status, source, distribution="kern", version="0.2.6", error=None if status == "ok" else "x")
+
+
+def test_imported_names_include_lazy_and_guarded(tmp_path: Path) -> None:
+    d = discovery(tmp_path)
+    names = [(i.target, i.line, i.guarded) for i in imported_names(tmp_path, ["port/attn.py"], ["kern"])]
+    assert names == [("kern.Wrapper", 1, False), ("kern.NewWrapper", 1, False), ("kern.decode._range_buf", 2, False),
+                     ("kern.jit", 3, False), ("kern.fancy.turbo", 5, True), ("kern.utils.helper", 10, False)]
+    assert d.files
+
+
+@pytest.mark.parametrize(("target", "status", "source", "rule", "severity"), [
+    ("kern.Wrapper", "ok", "import", None, None),
+    ("kern.NewWrapper", "not-found", "import", "MXA120", Severity.ERROR),
+    ("kern.decode._range_buf", "not-found", "import", "MXA120", Severity.ERROR),  # private names count too
+    ("kern.decode._range_buf", "not-found", "static", "MXA120", Severity.WARNING),  # static read may miss dynamic exports
+    ("kern.fancy.turbo", "not-found", "import", "MXA120", Severity.WARNING),  # guarded by try/except ImportError
+    ("kern.utils.helper", "import-error", "import", "MXA121", Severity.INFO),
+    ("kern.jit", "timeout", "import", "MXA121", Severity.INFO),
+])
+def test_import_table(tmp_path: Path, target: str, status: str, source: str, rule: str | None, severity: Severity | None) -> None:
+    facts = StackFacts("py", "", "", {target: fact(target, status, source)})
+    found = list(check_imports(discovery(tmp_path), facts))
+    assert [(f.rule, f.severity) for f in found] == ([(rule, severity)] if rule else [])
+    if rule == "MXA120":
+        assert found[0].evidence[0].startswith("port: port/attn.py:")
+        assert "kern 0.2.6" in found[0].message
+
+
+def test_no_fact_no_finding(tmp_path: Path) -> None:
+    assert list(check_imports(discovery(tmp_path), StackFacts("py", "", "", {}))) == []

@@ -1,0 +1,175 @@
+# Stubtest-style tables for the `signature` and `kwargs-swallowed` checks: a call site as the
+# tracer records it, an installed signature as introspection records it, the expected findings.
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from metax_audit.checks.kwargs import check_kwargs
+from metax_audit.checks.signatures import check_signatures
+from metax_audit.models import CallableFact, CallArg, CallSite, Location, ParamFact, Severity, StackFacts, TraceResult
+
+TARGET = "kern.decode.Wrapper.run"
+
+
+def P(spec: str) -> tuple[ParamFact, ...]:
+    """'q, k, *args, scale=1.0, **kw' -> ParamFacts (a '*' alone starts keyword-only)."""
+    out: list[ParamFact] = []
+    kw_only = False
+    for raw in (s.strip() for s in spec.split(",") if s.strip()):
+        if raw == "/":
+            out = [ParamFact(p.name, "POSITIONAL_ONLY", p.default) for p in out]
+        elif raw == "*":
+            kw_only = True
+        elif raw.startswith("**"):
+            out.append(ParamFact(raw[2:], "VAR_KEYWORD"))
+        elif raw.startswith("*"):
+            out.append(ParamFact(raw[1:], "VAR_POSITIONAL"))
+            kw_only = True
+        else:
+            name, _, default = raw.partition("=")
+            out.append(ParamFact(name, "KEYWORD_ONLY" if kw_only else "POSITIONAL_OR_KEYWORD", default or None))
+    return tuple(out)
+
+
+def C(text: str, *, star: bool = False, partial: str = "", commented: str = "", callee: str = "self._w.run",
+      line: int = 10) -> CallSite:
+    """'a, b, x=c' -> a CallSite of TARGET with those arguments."""
+    def args(spec: str, commented_out: bool = False) -> list[CallArg]:
+        out, pos = [], 0
+        for raw in (s.strip() for s in spec.split(",") if s.strip()):
+            if "=" in raw:
+                name, _, value = raw.partition("=")
+                out.append(CallArg(name, None, value, commented_out=commented_out))
+            else:
+                out.append(CallArg(None, pos, raw, commented_out=commented_out))
+                pos += 1
+        return out
+    return CallSite(Location("port/attn.py", line, ""), "Impl.forward", callee, TARGET, "external",
+                    args=tuple(args(text) + args(commented, True)), star_kwargs=star, partial_args=tuple(args(partial)))
+
+
+def facts_for(params: tuple[ParamFact, ...] | None, *, status: str = "ok", reads: tuple[str, ...] | None = None,
+              forwarded: bool = False) -> StackFacts:
+    sig = "(" + ", ".join(p.name for p in params) + ")" if params is not None else None
+    fact = CallableFact(TARGET, status, "import", signature=sig, params=params, kwargs_reads=reads,
+                        kwargs_forwarded=forwarded, distribution="kern", version="0.2.6", error=None if status == "ok" else "boom")
+    return StackFacts("python", "2026-01-01T00:00:00Z", "host", {TARGET: fact})
+
+
+@dataclass
+class Case:
+    call: CallSite
+    params: str
+    rules: list[str]
+    reads: tuple[str, ...] | None = None
+    forwarded: bool = False
+    upstream: list[CallSite] = field(default_factory=list)
+
+
+SIG_CASES = {
+    "exact match": Case(C("q, kv, k_scale=a, v_scale=b"), "q, kv, *args, k_scale=None, v_scale=None", []),
+    "unknown keyword": Case(C("q, kv, o_data_type=d"), "q, kv, *, k_scale=None", ["MXA101"]),
+    "commented-out keyword is not passed": Case(C("q, kv", commented="o_data_type=d"), "q, kv", []),
+    "too many positionals": Case(C("q, kv, a, b"), "q, kv, c=1", ["MXA102"]),
+    "extra positionals into *args": Case(C("q, kv, a, b"), "q, kv, *args", []),
+    "required missing": Case(C("q"), "q, kv", ["MXA103"]),
+    "required passed by keyword": Case(C("q, kv=x"), "q, kv", []),
+    "star kwargs may supply it": Case(C("q", star=True), "q, kv", []),
+    "positional-only by keyword": Case(C("q, kv=x"), "q, kv, /", ["MXA104", "MXA103"]),
+    "twice": Case(C("q, kv, q=x"), "q, kv", ["MXA104"]),
+    "partial binds first": Case(C("kv", partial="q, scale=1"), "q, kv, scale=0", []),
+    "partial keyword overridden at call": Case(C("q, kv, scale=2", partial="scale=1"), "q, kv, scale=0", []),
+    "keyword into **kwargs is not a signature error": Case(C("q, kv, window=w"), "q, kv, **kw", []),
+    "moved: upstream passes it by another keyword": Case(
+        C("q, kv, lse_buf"), "q, kv, out=None, lse=None", ["MXA105"],
+        upstream=[CallSite(Location("up/attn.py", 5), "Impl.forward", "self._w.run", TARGET, "external",
+                           args=(CallArg(None, 0, "q"), CallArg(None, 1, "kv"), CallArg("lse", None, "lse_buf")))]),
+    "same meaning as upstream": Case(
+        C("q, kv, o"), "q, kv, out=None", [],
+        upstream=[CallSite(Location("up/attn.py", 5), "Impl.forward", "self._w.run", TARGET, "external",
+                           args=(CallArg(None, 0, "q"), CallArg(None, 1, "kv"), CallArg("out", None, "o")))]),
+    "unbound method call passes self": Case(C("w, q, kv", callee="Wrapper.run"), "q, kv", []),
+    "**kw recorded as an argument supplies the rest": Case(C("q, **kw"), "q, kv", []),
+    "triton launch options are not kernel parameters": Case(C("x, BLOCK=b, num_warps=4, num_stages=2", callee="_k[grid]"), "x, BLOCK", []),
+    "launch options on a plain call are unknown": Case(C("x, num_warps=4"), "x", ["MXA101"]),
+}
+
+
+@pytest.mark.parametrize("case", SIG_CASES.values(), ids=SIG_CASES.keys())
+def test_signature_table(case: Case, tmp_path: Path) -> None:
+    trace = TraceResult((), (), calls=(case.call,))
+    got = [f.rule for f in check_signatures(tmp_path, trace, facts_for(P(case.params)), upstream_calls=case.upstream)]
+    assert sorted(got) == sorted(case.rules)
+
+
+def test_evidence_shows_both_sides(tmp_path: Path) -> None:
+    (tmp_path / "port").mkdir()
+    (tmp_path / "port/attn.py").write_text("\n" * 9 + "        self._w.run(q, kv, o_data_type=d)\n")
+    trace = TraceResult((), (), calls=(C("q, kv, o_data_type=d"),))
+    [finding] = check_signatures(tmp_path, trace, facts_for(P("q, kv, *, k_scale=None")))
+    assert finding.severity is Severity.ERROR and finding.location.path == "port/attn.py"
+    assert finding.evidence[0] == "call: port/attn.py:10: self._w.run(q, kv, o_data_type=d)"
+    assert finding.evidence[1].startswith(f"installed: {TARGET}(q, kv, k_scale)  [import, kern 0.2.6]")
+    assert "o_data_type" in finding.message
+
+
+@pytest.mark.parametrize("status", ["import-error", "timeout", "crash", "no-signature"])
+def test_uncheckable_callee_is_info_never_error(status: str, tmp_path: Path) -> None:
+    trace = TraceResult((), (), calls=(C("q, kv, o_data_type=d"), C("q", line=12)))
+    found = list(check_signatures(tmp_path, trace, facts_for(None, status=status)))
+    assert [(f.rule, f.severity) for f in found] == [("MXA106", Severity.INFO)]
+    assert "2 call(s)" in found[0].message
+    assert list(check_kwargs(tmp_path, trace, facts_for(None, status=status))) == []
+
+
+def test_calls_without_a_fact_are_out_of_scope(tmp_path: Path) -> None:
+    trace = TraceResult((), (), calls=(C("q, kv, o_data_type=d"),))
+    empty = StackFacts("python", "", "", {})
+    assert list(check_signatures(tmp_path, trace, empty)) == []
+
+
+KW_CASES = {
+    "read by name": Case(C("q, window=w"), "q, **kwargs", [], reads=("window",)),
+    "never read": Case(C("q, window=w"), "q, **kwargs", ["MXA110"], reads=("sinks",)),
+    "forwarded only": Case(C("q, window=w"), "q, **kwargs", ["MXA111"], reads=(), forwarded=True),
+    "body unreadable": Case(C("q, window=w"), "q, **kwargs", ["MXA111"], reads=None),
+    "named parameter is not swallowed": Case(C("q, window=w"), "q, window=-1, **kwargs", [], reads=()),
+    "two swallowed, one read": Case(C("q, a=1, b=2"), "q, **kwargs", ["MXA110"], reads=("a",)),
+}
+
+
+@pytest.mark.parametrize("case", KW_CASES.values(), ids=KW_CASES.keys())
+def test_kwargs_table(case: Case, tmp_path: Path) -> None:
+    trace = TraceResult((), (), calls=(case.call,))
+    facts = facts_for(P(case.params), reads=case.reads, forwarded=case.forwarded)
+    found = list(check_kwargs(tmp_path, trace, facts))
+    assert [f.rule for f in found] == case.rules
+    for f in found:
+        assert any(e.startswith("callee reads") or e.startswith("callee body") for e in f.evidence)
+
+
+def test_manifest_source_in_evidence_not_message(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    trace = TraceResult((), (), calls=(C("q, kv, o_data_type=d"),))
+    live = facts_for(P("q, kv"))
+    manifest = replace(live, source="manifest:stack.json")
+    a, b = next(check_signatures(tmp_path, trace, live)), next(check_signatures(tmp_path, trace, manifest))
+    assert (a.id, a.message) == (b.id, b.message)
+    assert "via manifest:stack.json" in b.evidence[1] and "manifest" not in a.evidence[1]
+
+
+def test_opaque_decorator_downgrades_to_warning(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    facts = facts_for(P("q, kv"))
+    fact = replace(facts.facts[TARGET], source="static", error="decorated with torch.compile: the runtime signature may differ")
+    trace = TraceResult((), (), calls=(C("q, kv, extra=1"),))
+    [found] = check_signatures(tmp_path, trace, replace(facts, facts={TARGET: fact}))
+    assert (found.rule, found.severity) == ("MXA101", Severity.WARNING)
+    autotuned = replace(fact, error="decorated with triton.autotune, triton.jit: the runtime signature may differ")
+    launch = TraceResult((), (), calls=(C("q", callee="_k[grid]"),))
+    assert list(check_signatures(tmp_path, launch, replace(facts, facts={TARGET: autotuned}))) == []

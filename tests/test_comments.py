@@ -1,0 +1,108 @@
+# Tests for the comment reader: the marker styles a port uses for declared changes, and the
+# comment directly above or beside a line.
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from metax_audit.comments import read_comments
+from metax_audit.config import AuditConfig
+
+MARKERS = AuditConfig().modification_markers
+
+
+def _cm(src: str):
+    return read_comments(textwrap.dedent(src), MARKERS)
+
+
+def test_fenced_block_with_bracket_style() -> None:
+    cm = _cm("""\
+        x = 1
+        # /------  Metax Modification ------\\
+        # vendor kernel has no out= argument
+        y = f(x)
+        z = g(y)
+        # \\------  Metax Modification ------/
+        w = 3
+        """)
+    (block,) = cm.blocks
+    assert (block.start, block.end, block.style) == (2, 6, "fenced")
+    assert block.reason == "vendor kernel has no out= argument"
+    assert cm.block_for(4) is block and cm.block_for(7) is None
+
+
+def test_box_drawing_style_and_end_fence() -> None:
+    cm = _cm("""\
+        def f():
+            # ┌---- Metax Modification ----┐
+            a = 1
+            # └---- Metax Modification ----┘
+            # ---- Metax Modification: split path ----
+            b = 2
+            # ---- End ----
+            return a + b
+        """)
+    assert [(b.start, b.end, b.reason) for b in cm.blocks] == [(2, 4, ""), (5, 7, "split path")]
+
+
+def test_header_block_declares_the_next_statement() -> None:
+    cm = _cm("""\
+        class B:
+            # /---- Metax Modification ----\\
+            # Note: no cascade on this device
+            # \\---- Metax Modification ----/
+            def cascade(self):
+                raise NotImplementedError
+
+            def other(self):
+                pass
+        """)
+    (block,) = cm.blocks
+    assert block.reason == "Note: no cascade on this device"
+    assert block.covers(6) and not block.covers(8)
+
+
+def test_single_line_marker_and_trailing_marker() -> None:
+    cm = _cm("""\
+        # Metax Modification: vendor op
+        from vendor.ops import merge
+
+        y = merge(1,  # metax: lse in base 2
+                  2)
+        """)
+    line, trailing = cm.blocks
+    assert line.style == "line" and line.reason == "vendor op" and line.covers(2)
+    assert trailing.style == "trailing" and trailing.start == 4 and "lse in base 2" in trailing.reason
+
+
+def test_unterminated_block_covers_the_next_statement_only() -> None:
+    cm = _cm("""\
+        # ---- Metax Modification ----
+        a = 1
+        b = 2
+        """)
+    (block,) = cm.blocks
+    assert block.style == "unterminated" and block.covers(2) and not block.covers(3)
+
+
+def test_comment_above_and_trailing() -> None:
+    cm = _cm("""\
+        x = 1
+
+        # -------------
+        # Note: use the vendor merge
+        # -------------
+        y = 2  # keep in sync
+        z = 3
+        """)
+    assert cm.comment_above(6) == "Note: use the vendor merge"
+    assert cm.comment_above(7) is None
+    assert cm.comment_above(1) is None
+    assert cm.trailing(6) == "keep in sync"
+    assert cm.blocks == ()
+
+
+@pytest.mark.parametrize("src", ["x = (\n", "def f(:\n  pass\n"])
+def test_broken_source_does_not_raise(src: str) -> None:
+    read_comments(src + "# Metax Modification: x\n", MARKERS)

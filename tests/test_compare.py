@@ -1,0 +1,399 @@
+# Table tests for compare: (upstream source, port source, expected differences), built as tiny
+# package trees in tmp_path; plus counterpart mapping, vendor-only files and the three-way view.
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from metax_audit.compare import compare
+from metax_audit.config import AuditConfig
+from metax_audit.models import Discovery, SourceFile, UpstreamInfo
+
+REL = "v1/attention/backends/demo.py"
+REGISTRY = '''\
+from enum import Enum
+
+
+class AttentionBackendEnum(Enum):
+    FLASH = (
+        "vllm.v1.attention.backends.demo."
+        "FlashBackend"
+    )
+    OTHER = "vllm.v1.attention.backends.other.OtherBackend"
+'''
+
+
+def _write(root: Path, rel: str, src: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(src), encoding="utf-8")
+
+
+def _run(tmp_path: Path, upstream_src: str | None, port_src: str, base_src: str | None = None, rel: str = REL,
+         config: AuditConfig | None = None):
+    port_root, up_root, base_root = tmp_path / "port", tmp_path / "up", tmp_path / "base"
+    _write(port_root, f"vllm_metax/{rel}", port_src)
+    _write(up_root, "vllm/v1/attention/backends/registry.py", REGISTRY)
+    if upstream_src is not None:
+        _write(up_root, f"vllm/{REL}", upstream_src)
+    up = UpstreamInfo("vllm", "0.26.0", "directory:test", up_root)
+    base = None
+    if base_src is not None:
+        _write(base_root, f"vllm/{REL}", base_src)
+        base = UpstreamInfo("vllm", "0.25.0", "directory:base", base_root)
+    disc = Discovery(port_root, "vllm_metax", (SourceFile(f"vllm_metax/{rel}", "", "glob"),), (), (), (), {})
+    comparison, findings = compare(disc, config or AuditConfig(), up, base)
+    (fc,) = comparison.files
+    return comparison, fc, findings
+
+
+def _kinds(fc) -> set[tuple[str, str, bool]]:
+    return {(d.kind, d.symbol, d.declared) for d in fc.differences if d.kind != "cosmetic"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    upstream: str
+    port: str
+    expected: set[tuple[str, str, bool]]
+
+
+CASES = [
+    Case(
+        "moved method is not a difference",
+        """\
+        class Impl:
+            def a(self):
+                return 1
+
+            def b(self, x):
+                return x + 1
+        """,
+        """\
+        class Impl:
+            def b(self, x):
+                return x + 1
+
+            def a(self):
+                return 1
+        """,
+        set(),
+    ),
+    Case(
+        "renamed class maps by stripped prefix",
+        """\
+        class FlashBackend:
+            def get_name(self):
+                return "FLASH"
+        """,
+        """\
+        class MacaFlashBackend:
+            def get_name(self):
+                return "FLASH"
+        """,
+        set(),
+    ),
+    Case(
+        "declared block",
+        """\
+        class Impl:
+            def forward(self, q):
+                out = kernel(q)
+                return out
+        """,
+        """\
+        class Impl:
+            def forward(self, q):
+                out = kernel(q)
+                # /---- Metax Modification ----\\
+                # vendor kernel returns a padded head dim
+                out = out[..., :64]
+                # \\---- Metax Modification ----/
+                return out
+        """,
+        {("added", "Impl.forward", True)},
+    ),
+    Case(
+        "undeclared change",
+        """\
+        class Impl:
+            def forward(self, q):
+                return kernel(q, causal=True)
+        """,
+        """\
+        class Impl:
+            def forward(self, q):
+                return kernel(q, causal=False)
+        """,
+        {("changed", "Impl.forward", False)},
+    ),
+    Case(
+        "copied arch check is reported although unchanged",
+        """\
+        class Impl:
+            def __init__(self, dtype):
+                if dtype == "fp8" and not current_platform.has_device_capability(89):
+                    raise ValueError("fp8 needs sm89")
+        """,
+        """\
+        class Impl:
+            def __init__(self, dtype):
+                if dtype == "fp8" and not current_platform.has_device_capability(89):
+                    raise ValueError("fp8 needs sm89")
+        """,
+        {("arch-check", "Impl.__init__", False)},
+    ),
+    Case(
+        "commented-out argument",
+        """\
+        def run(q, o, lse):
+            kernel(q, out=o, return_lse=lse)
+        """,
+        """\
+        def run(q, o, lse):
+            kernel(
+                q,
+                out=o,
+                # return_lse=lse,
+            )
+        """,
+        {("argument-commented-out", "run", False)},
+    ),
+    Case(
+        "kernel import swapped to the vendor package, declared by the comment above",
+        """\
+        from vllm.v1.attention.ops.merge import merge_states
+        """,
+        """\
+        # use the vendor merge kernel
+        from vllm_metax.v1.attention.ops.merge import merge_states
+        """,
+        {("vendor-kernel-import", "merge_states", True)},
+    ),
+    Case(
+        "feature disabled by a raise",
+        """\
+        class Builder:
+            def cascade(self):
+                return make_wrapper()
+        """,
+        """\
+        class Builder:
+            def cascade(self):
+                raise NotImplementedError("no cascade")
+        """,
+        {("feature-disabled", "Builder.cascade", False)},
+    ),
+    Case(
+        "class attribute narrowed",
+        """\
+        class FlashBackend:
+            supported_dtypes = ["float16", "bfloat16", "fp8"]
+        """,
+        """\
+        class MacaFlashBackend:
+            supported_dtypes = ["float16", "bfloat16"]
+        """,
+        {("class-attribute", "FlashBackend.supported_dtypes", False)},
+    ),
+    Case(
+        "signature changed",
+        """\
+        def plan(a, b=1):
+            return a + b
+        """,
+        """\
+        def plan(a, b=2):
+            return a + b
+        """,
+        {("signature-changed", "plan", False)},
+    ),
+    Case(
+        "removed method declared by a vendor comment naming it",
+        """\
+        class Impl:
+            def a(self):
+                return 1
+
+            def fused_quant(self):
+                return 2
+        """,
+        """\
+        # Note: the vendor stack lacks fused_quant
+        class Impl:
+            def a(self):
+                return 1
+        """,
+        {("removed", "Impl.fused_quant", True)},
+    ),
+    Case(
+        "fallback added",
+        """\
+        def run(q):
+            return fast(q)
+        """,
+        """\
+        def run(q):
+            try:
+                return fast(q)
+            except RuntimeError:
+                return slow(q)
+        """,
+        {("fallback-added", "run", False)},
+    ),
+    Case(
+        "upstream comment above a change does not declare it",
+        """\
+        def run(q):
+            # Process shared prefix.
+            return fast(q, 1)
+        """,
+        """\
+        def run(q):
+            # Process shared prefix.
+            return fast(q, 2)
+        """,
+        {("changed", "run", False)},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_difference_table(tmp_path: Path, case: Case) -> None:
+    _, fc, findings = _run(tmp_path, case.upstream, case.port)
+    assert _kinds(fc) == case.expected
+    undeclared = {(f.location.symbol) for f in findings if f.rule == "MXA201"}
+    expected_undeclared = {s for k, s, d in case.expected if not d and k != "arch-check"}
+    assert undeclared == expected_undeclared
+
+
+def test_declared_reason_is_the_block_text(tmp_path: Path) -> None:
+    _, fc, _ = _run(tmp_path, CASES[2].upstream, CASES[2].port)
+    (d,) = [d for d in fc.differences if d.kind == "added"]
+    assert d.reason == "vendor kernel returns a padded head dim"
+    assert d.line == 6 and d.validation
+
+
+def test_arch_check_produces_arch_finding_with_evidence(tmp_path: Path) -> None:
+    _, _, findings = _run(tmp_path, CASES[4].upstream, CASES[4].port)
+    (f,) = [f for f in findings if f.rule == "MXA202"]
+    assert f.location.line == 3 and "kept from upstream" in f.message
+    assert any("demo.py:3" in e for e in f.evidence)
+
+
+def test_class_map_and_literal_delta(tmp_path: Path) -> None:
+    _, fc, _ = _run(tmp_path, CASES[8].upstream, CASES[8].port)
+    assert fc.class_map == {"MacaFlashBackend": "FlashBackend"}
+    (d,) = fc.differences
+    assert "port drops 'fp8'" in d.detail and d.upstream_line == 2
+
+
+def test_registered_enum_member_maps_an_unrelated_name(tmp_path: Path) -> None:
+    up = """\
+    class FlashBackend:
+        def get_name(self):
+            return "FLASH"
+    """
+    port = """\
+    @register_backend(AttentionBackendEnum.FLASH)
+    class VendorSpeedyBackend:
+        def get_name(self):
+            return "FLASH"
+    """
+    _, fc, _ = _run(tmp_path, up, port)
+    assert fc.class_map == {"VendorSpeedyBackend": "FlashBackend"}
+    assert _kinds(fc) == set()
+
+
+def test_vendor_only_file(tmp_path: Path) -> None:
+    _, fc, findings = _run(tmp_path, None, "def helper():\n    return 1\n", rel="v1/attention/backends/vendor_utils.py")
+    assert fc.vendor_only and fc.upstream_path is None
+    assert [f.rule for f in findings] == ["MXA205"]
+
+
+def test_path_map_override(tmp_path: Path) -> None:
+    src = "def f():\n    return 1\n"
+    cfg = AuditConfig(path_map={"vllm_metax/v1/moved.py": f"vllm/{REL}"})
+    _, fc, _ = _run(tmp_path, src, src, rel="v1/moved.py", config=cfg)
+    assert fc.upstream_path == f"vllm/{REL}" and not fc.vendor_only and fc.differences == ()
+
+
+def test_log_text_change_is_cosmetic_without_finding(tmp_path: Path) -> None:
+    up = "def f(x):\n    logger.info('using fa3')\n    return x\n"
+    port = "def f(x):\n    logger.info('using vendor fa2')\n    return x\n"
+    _, fc, findings = _run(tmp_path, up, port)
+    assert [d.kind for d in fc.differences] == ["cosmetic"]
+    assert findings == []
+
+
+BASE = """\
+class Impl:
+    def forward(self, q, scale):
+        return kernel(q, scale=scale)
+
+    def plan(self, n):
+        return n
+"""
+TARGET = """\
+class Impl:
+    def forward(self, q, scale):
+        return kernel(q, scale=scale, return_lse=True)
+
+    def plan(self, n, fixed_split=None):
+        return n
+
+    def supports_sliding_window(self):
+        return True
+"""
+
+
+def test_three_way_reports_changes_not_followed(tmp_path: Path) -> None:
+    comparison, fc, findings = _run(tmp_path, TARGET, BASE, base_src=BASE)
+    drift = {(d.kind, d.symbol) for d in comparison.drift}
+    assert drift == {
+        ("upstream-not-followed", "Impl.forward"),
+        ("upstream-not-followed", "Impl.plan"),
+        ("upstream-not-followed", "Impl.supports_sliding_window"),
+    }
+    assert sorted(f.rule for f in findings if f.rule in {"MXA203", "MXA204"}) == ["MXA203"] * 3
+    # The two-way differences that are really unfollowed upstream changes say so.
+    kinds = {(d.kind, d.symbol) for d in fc.differences}
+    assert ("upstream-not-followed", "Impl.supports_sliding_window") in kinds
+    assert ("upstream-not-followed", "Impl.plan") in kinds
+
+
+def test_three_way_notes_changes_taken(tmp_path: Path) -> None:
+    comparison, _, findings = _run(tmp_path, TARGET, TARGET, base_src=BASE)
+    assert {d.kind for d in comparison.drift} == {"upstream-followed"}
+    assert {f.rule for f in findings} == {"MXA204"}
+    assert all(f.severity.value == "info" for f in findings)
+
+
+def test_without_upstream_nothing_is_compared(tmp_path: Path) -> None:
+    port_root = tmp_path / "port"
+    _write(port_root, f"vllm_metax/{REL}", "x = 1\n")
+    disc = Discovery(port_root, "vllm_metax", (SourceFile(f"vllm_metax/{REL}", "", "glob"),), (), (), (), {})
+    comparison, findings = compare(disc, AuditConfig(), None)
+    assert findings == [] and comparison.files[0].differences == ()
+
+
+def test_hunk_the_port_kept_from_the_base_release_is_upstream_not_followed(tmp_path: Path) -> None:
+    base = "def run(q):\n    return kernel(q)\n"
+    target = "def run(q):\n    q = q.contiguous()\n    return kernel(q)\n"
+    comparison, fc, findings = _run(tmp_path, target, base, base_src=base)
+    (d,) = fc.differences
+    assert d.kind == "upstream-not-followed" and d.upstream_line == 2 and not d.declared
+    assert [f.rule for f in findings] == ["MXA203"]
+    assert comparison.drift == (d,)  # the three-way view lists body hunks too
+
+
+def test_vendor_change_over_a_changed_upstream_is_not_drift(tmp_path: Path) -> None:
+    base = "def run(q):\n    return kernel(q)\n"
+    target = "def run(q):\n    return kernel(q.contiguous())\n"
+    port = "def run(q):\n    return vendor_kernel(q)\n"
+    _, fc, _ = _run(tmp_path, target, port, base_src=base)
+    assert [d.kind for d in fc.differences] == ["changed"]

@@ -1,0 +1,131 @@
+# CPU proof that the probes discriminate: the torch reference matches every expected hypothesis and
+# each deliberately wrong variant is identified as its own wrong hypothesis (in-process, fast).
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from probes.base import ProbeContext  # noqa: E402
+from probes.runner import run_one  # noqa: E402
+
+WV = "probes.wrong_variants"
+
+REFERENCE_CASES = [
+    ("lse", "paged-decode", "torch-reference", {}, "base-e/[T,H]"),
+    ("lse", "paged-prefill", "torch-reference", {}, "base-e/[T,H]"),
+    ("lse", "ragged-prefill", "torch-reference", {}, "base-e/[T,H]"),
+    ("lse", "merge-states", "torch-reference:base-e", {}, "merge-base-e"),
+    ("lse", "merge-states", "torch-reference:base-2", {}, "merge-base-2"),
+    ("layout", "paged-decode", "torch-reference", {}, "as-told"),
+    ("layout", "paged-prefill", "torch-reference", {}, "as-told"),
+    ("layout", "ragged-prefill", "torch-reference", {}, "as-told"),
+    ("fp8-scale", "paged-decode", "torch-reference", {}, "applied"),
+    ("fp8-scale", "paged-prefill", "torch-reference", {}, "applied"),
+    ("fp8-scale", "ragged-prefill", "torch-reference", {}, "applied"),
+    ("dcp", "paged-decode", "torch-reference", {}, "consistent"),
+    ("dcp", "merge-states", "torch-reference:base-e", {}, "consistent"),
+    ("dcp", "dcp-local-seq-lens", "torch-reference", {}, "correct"),
+    ("query-count", "paged-prefill", "torch-reference", {}, "bottom-right-causal"),
+    ("query-count", "ragged-prefill", "torch-reference", {}, "bottom-right-causal"),
+    ("padding", "paged-decode", "torch-reference", {}, "neutral"),
+    ("padding", "paged-prefill", "torch-reference", {}, "neutral"),
+    ("padding", "ragged-prefill", "torch-reference", {}, "neutral"),
+    ("graph-capture", "paged-decode", "torch-reference", {"simulate": "1"}, "follows-new-inputs"),
+]
+
+
+@pytest.mark.parametrize(("probe", "family", "target", "options", "hypothesis"), REFERENCE_CASES)
+def test_reference_matches_expected(probe: str, family: str, target: str, options: dict, hypothesis: str) -> None:
+    out = run_one(probe, family, target, ProbeContext(device="cpu", options=options))
+    assert out.verdict == "matched", (out.skipped_reason, out.evidence)
+    assert out.matched == hypothesis == out.expected
+    assert out.worst_error is not None and out.worst_error < 0.02
+    # every other hypothesis is far away: the inputs discriminate
+    others = [v["abs"] for h, v in out.hypotheses.items() if h != hypothesis]
+    assert others and min(others) > 0.1
+
+
+WRONG_CASES = [
+    ("lse", "paged-decode", f"{WV}:log2_lse_decode", {}, "base-2/[T,H]"),
+    ("lse", "paged-decode", f"{WV}:transposed_lse_decode", {}, "base-e/[H,T]"),
+    ("lse", "merge-states", f"{WV}:merge_assumes_base2", {}, "merge-base-2"),
+    ("fp8-scale", "paged-decode", f"{WV}:ignored_scale_decode", {}, "ignored"),
+    ("fp8-scale", "paged-decode", f"{WV}:inverted_scale_decode", {}, "inverted"),
+    ("fp8-scale", "paged-decode", f"{WV}:swapped_scale_decode", {}, "swapped"),
+    ("fp8-scale", "paged-decode", f"{WV}:doubled_scale_decode", {}, "applied-twice"),
+    ("dcp", "merge-states", f"{WV}:merge_assumes_base2", {}, "producer-base-e/merge-base-2"),
+    ("dcp", "paged-decode", f"{WV}:log2_lse_decode", {}, "producer-base-2/merge-base-e"),
+    ("dcp", "paged-decode", "torch-reference", {"merge": "torch-reference:base-2"}, "producer-base-e/merge-base-2"),
+    ("query-count", "ragged-prefill", f"{WV}:top_left_causal_ragged", {}, "top-left-causal"),
+    ("graph-capture", "paged-decode", f"{WV}:StaleLengthDecode()", {"simulate": "1"}, "stale-lengths"),
+]
+
+
+@pytest.mark.parametrize(("probe", "family", "target", "options", "wrong"), WRONG_CASES)
+def test_wrong_variant_is_identified(probe: str, family: str, target: str, options: dict, wrong: str) -> None:
+    out = run_one(probe, family, target, ProbeContext(device="cpu", options=options))
+    assert out.verdict == "mismatch", (out.skipped_reason, out.evidence)
+    assert out.matched == wrong
+    assert out.hypotheses[wrong]["abs"] < 0.02
+
+
+def _case_matches(out: object) -> dict[str, str | None]:
+    return {c.name: c.matched for c in out.cases}  # type: ignore[attr-defined]
+
+
+def test_hnd_read_as_nhd_is_caught_only_in_hnd_cases() -> None:
+    out = run_one("layout", "paged-decode", f"{WV}:hnd_read_as_nhd_decode", ProbeContext(device="cpu"))
+    assert out.verdict == "mismatch"
+    per_case = _case_matches(out)
+    assert {m for n, m in per_case.items() if n.startswith("HND")} == {"other-layout"}
+    assert {m for n, m in per_case.items() if n.startswith("NHD")} == {"as-told"}
+
+
+def test_ignored_strides_caught_on_joint_views() -> None:
+    out = run_one("layout", "paged-decode", f"{WV}:ignores_strides_decode", ProbeContext(device="cpu"))
+    assert out.verdict == "mismatch"
+    per_case = _case_matches(out)
+    assert {m for n, m in per_case.items() if "joint" in n} == {"ignores-strides"}
+    assert {m for n, m in per_case.items() if "split" in n} == {"as-told"}
+    assert any("strides" in k for k in out.details)
+
+
+def test_padded_head_returned_is_caught() -> None:
+    out = run_one("padding", "paged-decode", f"{WV}:padded_head_decode", ProbeContext(device="cpu"))
+    assert out.verdict == "mismatch"
+    assert _case_matches(out)["padded heads: Hq=6 Hkv=2"] == "padded-head-returned"
+
+
+def test_compacted_padding_rows_are_caught() -> None:
+    out = run_one("padding", "paged-decode", f"{WV}:compacting_decode", ProbeContext(device="cpu"))
+    assert out.verdict == "mismatch"
+    assert "rows-compacted" in (out.matched or "")
+
+
+def test_dropped_interleave_offset_is_caught_only_with_interleave() -> None:
+    out = run_one("dcp", "dcp-local-seq-lens", f"{WV}:dropped_interleave_offset_local_lens", ProbeContext(device="cpu"))
+    assert out.verdict == "mismatch"
+    per_case = _case_matches(out)
+    assert {m for n, m in per_case.items() if n.endswith("interleave=1")} == {"correct"}
+    assert {m for n, m in per_case.items() if not n.endswith("interleave=1")} == {"dropped-interleave-offset"}
+    assert any(n.startswith("MTP") for n in per_case)
+
+
+def test_missing_control_fails_closed_with_signature() -> None:
+    out = run_one("lse", "paged-decode", "torch-sdpa", ProbeContext(device="cpu"))
+    assert out.verdict == "not-checkable"
+    assert out.skipped_reason == "control absent: return_lse"
+    assert any("sdpa" in e or "sm_scale" in e for e in out.evidence)
+    out = run_one("fp8-scale", "paged-decode", "torch-sdpa", ProbeContext(device="cpu"))
+    assert out.verdict == "not-checkable" and "k_scale" in (out.skipped_reason or "")
+
+
+def test_graph_capture_skips_on_cpu_without_simulation() -> None:
+    out = run_one("graph-capture", "paged-decode", "torch-reference", ProbeContext(device="cpu"))
+    assert out.verdict == "skipped" and "CUDA" in (out.skipped_reason or "")
+
+
+def test_flashinfer_target_skips_without_cuda() -> None:
+    out = run_one("lse", "paged-decode", "flashinfer:BatchDecodeWithPagedKVCacheWrapper", ProbeContext(device="cpu"))
+    assert out.verdict == "skipped"

@@ -1,0 +1,102 @@
+# Tests for waivers: matching by rule/category, path glob, symbol and message substring; stale
+# entries (unmatched, expired) become findings; generated files round-trip.
+from __future__ import annotations
+
+import textwrap
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+import metax_audit.compare  # noqa: F401 - declares the MXA2xx rules used below
+from metax_audit.errors import ConfigError
+from metax_audit.findings import make_finding
+from metax_audit.models import Location
+from metax_audit.waivers import apply_waivers, generate_waivers
+
+TODAY = date(2026, 11, 30)
+F_UNDECLARED = make_finding("MXA201", Location("vllm_metax/v1/a.py", 10, "Impl.forward"), "changed in Impl.forward: kernel(q)")
+F_ARCH = make_finding("MXA202", Location("vllm_metax/v1/b.py", 20, "Impl.__init__"), "kept from upstream: has_device_capability(89)")
+FINDINGS = [F_UNDECLARED, F_ARCH]
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "waivers.yaml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_no_file_changes_nothing() -> None:
+    out, summary = apply_waivers(FINDINGS, None, TODAY)
+    assert out == FINDINGS and summary["entries"] == 0
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "rule: MXA201\n  path: vllm_metax/v1/a.py",
+        "rule: undeclared-difference\n  path: 'vllm_metax/**'",
+        "rule: 'MXA20*'\n  path: '*/a.py'\n  symbol: Impl.forward",
+        "rule: MXA201\n  message: kernel(q)",
+    ],
+)
+def test_entry_waives_matching_finding(tmp_path: Path, entry: str) -> None:
+    path = _file(tmp_path, f"- {entry}\n  reason: vendor kernel has no out=\n")
+    out, summary = apply_waivers(FINDINGS, path, TODAY)
+    waived = [f for f in out if f.waived]
+    assert [f.rule for f in waived] == ["MXA201"]
+    assert waived[0].waiver_reason == "vendor kernel has no out="
+    assert summary["waived"] == 1 and summary["unmatched"] == 0
+    assert len(out) == 2  # no stale-entry finding
+
+
+def test_unmatched_and_expired_entries_are_findings(tmp_path: Path) -> None:
+    path = _file(tmp_path, """\
+        waivers:
+          - rule: MXA201
+            path: vllm_metax/v1/a.py
+            reason: accepted until the vendor ships out=
+            expires: 2026-01-31
+          - rule: MXA202
+            path: vllm_metax/v1/zzz.py
+            reason: typo in path
+          - rule: MXA202
+            path: vllm_metax/v1/b.py
+            reason: still valid
+            expires: "2026-11-30"
+        """)
+    out, summary = apply_waivers(FINDINGS, path, TODAY)
+    by_rule = {f.rule: f for f in out if f.rule in {"MXA210", "MXA211"}}
+    assert by_rule["MXA211"].location.line == 2 and "expired on 2026-01-31" in by_rule["MXA211"].message
+    assert by_rule["MXA210"].location.line == 6
+    assert not next(f for f in out if f.rule == "MXA201").waived  # an expired entry suppresses nothing
+    assert next(f for f in out if f.rule == "MXA202").waived  # valid through its expiry day
+    assert summary == {"file": str(path), "entries": 3, "waived": 1, "unmatched": 1, "expired": 1, "by_rule": {"MXA202": 1}}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- rule: MXA201\n", "non-empty `reason`"),
+        ("- rule: MXA201\n  reason: x\n  expires: soon\n", "YYYY-MM-DD"),
+        ("- rule: MXA201\n  reason: x\n  colour: red\n", "unknown waiver key"),
+        ("waivers: 3\n", "expected a list"),
+        ("- [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_invalid_file_is_a_config_error(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        apply_waivers(FINDINGS, _file(tmp_path, text), TODAY)
+
+
+def test_generated_file_round_trips(tmp_path: Path) -> None:
+    text = generate_waivers(FINDINGS)
+    assert text.count("- rule:") == 2 and "TODO" in text
+    out, summary = apply_waivers(FINDINGS, _file(tmp_path, text), TODAY)
+    assert all(f.waived for f in out) and summary["waived"] == 2 and summary["unmatched"] == 0
+
+
+def test_generate_with_nothing_to_waive_is_valid(tmp_path: Path) -> None:
+    text = generate_waivers([])
+    out, summary = apply_waivers([], _file(tmp_path, text), TODAY)
+    assert out == [] and summary["entries"] == 0
