@@ -85,8 +85,10 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
     run = _Run()
     try:
-        with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python,
-                                   package=_port_package_hint(options)) as snap:
+        package = _port_package_hint(options)
+        # The static stages read only the port package and its config; --test needs the whole tree.
+        only = () if options.test_command else (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml")
+        with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
             if mode_note:
                 snap = replace(snap, notes=(*snap.notes, mode_note))
             run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
@@ -113,6 +115,10 @@ def _audit_snapshot(
 
     with run.stage("discover", progress) as notes:
         discovery = discover_mod.discover(snap.root, config, options.paths)
+        if not discovery.files and not discovery.left_out:
+            raise AuditError(
+                f"no file of {config.port_package!r} is in scope in this snapshot: is --repo the port's checkout, "
+                "and is port-package right in its [tool.metax-audit] config?")
         run.findings += discover_mod.registration_findings(discovery)
         run.findings += discover_mod.coverage_findings(discovery)
         notes.append(f"{len(discovery.files)} files, {len(discovery.registrations)} registrations")
@@ -281,11 +287,6 @@ def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> di
         env["stack_host"] = facts.host
         env["distributions"] = facts.distributions
     return env
-
-
-def ensure_not_empty(report: AuditReport) -> None:
-    if report.coverage.in_scope == 0:
-        raise AuditError("no file of the port is in scope: is --repo the port's checkout, and is port-package right?")
 
 
 def _snapshot_for(mode: str | None, repo: Path | None, rev: str | None):  # type: ignore[no-untyped-def]

@@ -74,26 +74,32 @@ def _gitlinks(repo: Path) -> list[str]:
     return links
 
 
-def _export_index(repo: Path, dest: Path) -> tuple[int, list[str]]:
+def _selected(path: str, only: tuple[str, ...]) -> bool:
+    return not only or any(path == o or path.startswith(o.rstrip("/") + "/") for o in only)
+
+
+def _export_index(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
     paths = _index_paths(repo)
     if not paths:
         raise SnapshotError(f"{repo}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
+    paths = [p for p in paths if _selected(p, only)]
     # checkout-index writes only under --prefix; without -u it never updates the index's stat data.
-    res = _git(repo, "checkout-index", "--all", "--force", f"--prefix={dest}{os.sep}")
+    res = subproc.run(["git", "-C", str(repo), "checkout-index", "--force", "-z", "--stdin", f"--prefix={dest}{os.sep}"],
+                      env=_GIT_ENV, timeout=300, input="\0".join(paths))
     if res.returncode != 0:
         raise SnapshotError(f"git checkout-index failed: {res.stderr.strip().splitlines()[-1:] or ''}")
     notes = [f"submodule {p} exported as an empty directory (gitlink only)" for p in _gitlinks(repo)]
     return len(paths), notes
 
 
-def _export_worktree(repo: Path, dest: Path) -> tuple[int, list[str]]:
+def _export_worktree(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
     res = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     if res.returncode != 0:
         raise SnapshotError(f"git ls-files failed: {res.stderr.strip()}")
     notes: list[str] = []
     count = 0
     gitlinks = set(_gitlinks(repo))
-    for rel in sorted({p for p in res.stdout.split("\0") if p}):
+    for rel in sorted({p for p in res.stdout.split("\0") if p and _selected(p, only)}):
         src = repo / rel
         target = dest / rel
         if rel in gitlinks:
@@ -114,15 +120,21 @@ def _export_worktree(repo: Path, dest: Path) -> tuple[int, list[str]]:
     return count, notes
 
 
-def _export_rev(repo: Path, rev: str, dest: Path) -> tuple[str, int, list[str]]:
+def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) -> tuple[str, int, list[str]]:
     resolved = _git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
     if resolved.returncode != 0 or not resolved.stdout.strip():
         raise SnapshotError(f"unknown revision {rev!r} in {repo}")
     sha = resolved.stdout.strip()
     import subprocess
 
+    pathspecs: list[str] = []
+    if only:
+        top_names = set(_git(repo, "ls-tree", "--name-only", "-z", sha).stdout.split("\0"))
+        pathspecs = ["--", *[o for o in only if o.split("/")[0] in top_names]]
+        if len(pathspecs) == 1:
+            return sha, 0, [f"none of {', '.join(only)} exists at {rev}"]
     proc = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", sha],
+        ["git", "-C", str(repo), "archive", "--format=tar", sha, *pathspecs],
         capture_output=True, env={**os.environ, **_GIT_ENV}, timeout=600,
     )
     if proc.returncode != 0:
@@ -192,10 +204,13 @@ def snapshot(
     *,
     package: str = "vllm_metax",
     python: str | None = None,
+    only: tuple[str, ...] = (),
 ) -> Iterator[SnapshotInfo]:
     """Export the subject under review into a temp dir, yield its record, always remove it.
 
     The user's repository is only read: no index refresh, stash, worktree, branch or checkout.
+    `only` limits the export to these top-level paths (the port package and its config), which is
+    what the static stages read; `--test` needs the whole tree and passes none.
     """
     if mode not in MODES:
         raise SnapshotError(f"unknown snapshot mode {mode!r} (one of {', '.join(MODES)})")
@@ -213,17 +228,17 @@ def snapshot(
             top = find_repo(repo or Path.cwd())
             head = head_commit(top)
             if mode == "staged":
-                count, notes = _export_index(top, tmp)
+                count, notes = _export_index(top, tmp, only)
                 snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "index", count, tuple(notes))
             elif mode == "worktree":
-                count, notes = _export_worktree(top, tmp)
+                count, notes = _export_worktree(top, tmp, only)
                 snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "worktree", count, tuple(notes))
             else:
                 if not rev:
                     raise SnapshotError("--rev needs a revision")
                 if head is None and rev:
                     raise SnapshotError(f"unknown revision {rev!r}: {top} has no commits yet (use --staged)")
-                sha, count, notes = _export_rev(top, rev, tmp)
+                sha, count, notes = _export_rev(top, rev, tmp, only)
                 snap = SnapshotInfo(mode, str(top), sha, False, tmp, rev, count, tuple(notes))
         yield snap
     finally:

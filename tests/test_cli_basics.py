@@ -66,3 +66,11 @@ def test_probe_needs_exactly_one_target_kind() -> None:
     assert r.exit_code == 2 and "exactly one of" in r.output
     r = runner.invoke(app, ["probe", "--target", "m:f"])
     assert r.exit_code == 2 and "--family" in r.output
+
+
+def test_repo_without_the_port_package_is_exit_2(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.py").write_text("A = 1\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "a.py"], check=True)
+    r = runner.invoke(app, ["review", "--staged", "--repo", str(tmp_path), "--output-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "port package 'vllm_metax' not found" in r.output

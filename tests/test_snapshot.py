@@ -184,3 +184,15 @@ def test_installed_distribution_is_located_without_importing(tmp_path: Path, mon
         assert "1.2.3+metax3.8" in snap.label and "cp311-cp311-linux_x86_64" in snap.label
     with pytest.raises(SnapshotError, match="no installed distribution"), snapshot("installed", package="nosuchport_xyz"):
         pass
+
+
+@pytest.mark.parametrize(("mode", "rev"), [("staged", None), ("worktree", None), ("rev", "HEAD")])
+def test_only_limits_the_export_to_named_top_level_paths(repo: Path, mode: str, rev: str | None) -> None:
+    (repo / "other").mkdir()
+    (repo / "other" / "o.py").write_text("O = 1\n")
+    git(repo, "add", "other/o.py")
+    if mode == "rev":
+        git(repo, "commit", "-q", "-m", "other")
+    with snapshot(mode, repo, rev, only=("pkg", "missing.yaml")) as snap:
+        assert (snap.root / "pkg" / "a.py").exists()
+        assert not (snap.root / "other").exists()
