@@ -145,7 +145,8 @@ def _audit_snapshot(
         run.findings += trace_mod.trace_findings(trace)
         notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
 
-    facts = _introspect(discovery, trace, config, options, run, progress)
+    static_roots = (snap.root, *((upstream.root,) if upstream and upstream.root else ()), *options.static_roots)
+    facts = _introspect(discovery, trace, config, replace(options, static_roots=static_roots), run, progress)
 
     comparison: Comparison | None = None
     if upstream is not None:
@@ -242,8 +243,10 @@ def _introspect(
         run.skipped("introspect", "the trace reached no external kernel entry point")
         return None
     with run.stage("introspect", progress, f"{len(targets)} entry points") as notes:
+        # The port is read from the snapshot, never imported: an installed copy is not what is under review.
         facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
-                                          extra_path=options.extra_path, static_roots=options.static_roots)
+                                          extra_path=options.extra_path, static_roots=options.static_roots,
+                                          never_import=(config.port_package,))
         by_status: dict[str, int] = {}
         for fact in facts.facts.values():
             by_status[fact.status] = by_status.get(fact.status, 0) + 1
@@ -358,8 +361,11 @@ def evidence(*, python: str | None, save: Path | None, capture_stack: Path | Non
 
         with _snapshot_for(mode, repo, rev) as snap:
             config = load_config(snap.root)
-            result = trace_mod.trace_backends(discover_mod.discover(snap.root, config), config, None)
-        facts = introspect_mod.introspect(trace_mod.kernel_entry_points(result), python=python)
+            discovery = discover_mod.discover(snap.root, config)
+            result = trace_mod.trace_backends(discovery, config, None)
+            targets = introspect_mod.stack_targets(discovery, result, config.kernel_modules)
+            facts = introspect_mod.introspect(targets, python=python, static_roots=(snap.root,),
+                                              never_import=(config.port_package,))
         introspect_mod.write_manifest(facts, capture_stack)
     return env, changes, capture_stack
 

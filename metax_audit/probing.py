@@ -306,7 +306,7 @@ def results_json(results: Sequence[ProbeResult], environment: Mapping[str, Any] 
     from dataclasses import asdict
 
     return {"schema": "metax-audit/probe-run/v1", "environment": dict(environment or {}), "probes": [
-        {**asdict(r), "hypotheses": {k: (v if v is None or v == v and abs(v) != float("inf") else repr(v)) for k, v in r.hypotheses.items()}}
+        {**asdict(r), "hypotheses": {k: (v if v is None or (v == v and abs(v) != float("inf")) else repr(v)) for k, v in r.hypotheses.items()}}
         for r in results]}
 
 
@@ -316,8 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m metax_audit.probing")
     p.add_argument("--backend", action="append", default=[])
-    p.add_argument("--target")
-    p.add_argument("--family")
+    p.add_argument("--target", action="append", default=[], help="TARGET or TARGET@FAMILY; repeatable")
     p.add_argument("--probes", default="", help="comma-separated; default: all that apply")
     p.add_argument("--device", default="auto")
     p.add_argument("--timeout", type=float, default=300)
@@ -327,8 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from metax_audit.evidence import collect_environment, save_environment
 
     pairs = [pair for b in a.backend for pair in backend_targets(b)]
-    if a.target:
-        pairs.append((a.target, a.family or _family_of(a.target)))
+    for t in a.target:
+        tgt, _, fam = t.partition("@")
+        pairs.append((tgt, fam or _family_of(tgt)))
     wanted = [x for x in a.probes.split(",") if x]
     jobs: list[tuple[str, str, str, dict[str, str]]] = []
     for spec in a.extra:  # the explicit pairings first: they are the runs asked for by name

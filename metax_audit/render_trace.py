@@ -23,10 +23,24 @@ def _where(path: str, line: int) -> str:
     return f"[cyan]{escape(path)}:{line}[/cyan]" if line else f"[cyan]{escape(path)}[/cyan]"
 
 
+def _short(qualname: str) -> str:
+    """Class or Class.method: the module is in the file path beside it."""
+    parts = qualname.split(".")
+    for i, part in enumerate(parts):
+        if (part[:1].isupper() and i < len(parts) - 1) or i == len(parts) - 1:
+            return ".".join(parts[i:]) if part[:1].isupper() else parts[-1]
+    return qualname
+
+
 def _hop_label(h: ChainHop) -> str:
-    text = f"[bold]{h.role}[/bold] {escape(h.qualname)} {_where(h.path, h.line)}"
-    if h.resolved and h.resolved != h.qualname:
+    # Terminal lines stay short: the dotted path is shown where it is the point (what a wrapper
+    # or kernel resolves to); the JSON keeps every full name.
+    name = h.qualname if h.role in {"registration", "kernel", "layer", "wrapper"} else _short(h.qualname)
+    text = f"[bold]{h.role}[/bold] {escape(name)} {_where(h.path, h.line)}"
+    if h.resolved and h.role in {"registration", "kernel", "wrapper"} and h.resolved != h.qualname:
         text += f" -> [green]{escape(h.resolved)}[/green]"
+    if h.resolved is None and h.role == "backend":
+        text += " [red](class not found)[/red]"
     if h.inherited_from:
         text += f" [yellow](inherited from {escape(h.inherited_from)})[/yellow]"
     return text

@@ -12,11 +12,11 @@ SCHEMA = "metax-audit/probe-outcome/v1"
 VERDICTS = ("matched", "mismatch", "not-checkable", "skipped", "error")
 
 
-class ProbeSkip(Exception):  # noqa: N818 - control-flow signal, not an error
+class ProbeSkip(Exception):
     """Raised inside a probe: the question cannot be asked here (no CUDA device, ...)."""
 
 
-class ControlAbsent(Exception):  # noqa: N818 - control-flow signal, not an error
+class ControlAbsent(Exception):
     """Raised inside a probe: the target lacks a control the probe needs (fail closed)."""
 
     def __init__(self, control: str, signature: str) -> None:

@@ -42,10 +42,7 @@ def _attention(target: Target, ctx: ProbeContext) -> ProbeOutcome:
 def _empty_sequence(target: Target, ctx: ProbeContext) -> dict[str, Any]:
     """An observation, outside the verdict: what comes back for a request with no KV at all
     (the neutral answer is out 0 and lse -inf). Run last: some kernels fault on it."""
-    if target.family == "paged-decode":
-        g = dict(seq_lens=[0, 9])
-    else:
-        g = dict(seq_lens=[0, 9], qo_lens=[0, 3])
+    g = dict(seq_lens=[0, 9]) if target.family == "paged-decode" else dict(seq_lens=[0, 9], qo_lens=[0, 3])
     try:
         s = sc.build(target.family, device=ctx.device, seed=ctx.seed + 99, **g)
         out, lse = sc.need_lse(target, s.call(target, return_lse=True))

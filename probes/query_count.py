@@ -6,7 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from probes import _scenario as sc
-from probes.base import CaseResult, HypothesisError, ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, compare, conclude
+from probes.base import (
+    CaseResult,
+    HypothesisError,
+    ProbeContext,
+    ProbeOutcome,
+    ProbeSpec,
+    Target,
+    Tolerance,
+    case_result,
+    compare,
+    conclude,
+)
 
 TOL = Tolerance(atol=1e-2, rtol=1e-2)
 

@@ -114,6 +114,7 @@ def test_evidence_shows_both_sides(tmp_path: Path) -> None:
     assert finding.evidence[0] == "call: port/attn.py:10: self._w.run(q, kv, o_data_type=d)"
     assert finding.evidence[1].startswith(f"installed: {TARGET}(q, kv, k_scale)  [import, kern 0.2.6]")
     assert "o_data_type" in finding.message
+    assert finding.evidence[2].startswith("build: kern 0.2.6 has no local version label")
 
 
 @pytest.mark.parametrize("status", ["import-error", "timeout", "crash", "no-signature"])

@@ -54,3 +54,13 @@ def test_run_checks_chains_all_five(tmp_path: Path) -> None:
     rows = installed_calls(tmp_path, TraceResult((backend,), ()), facts, "kern.")
     assert rows == [("call: port/impl.py:10: return self._w.run(q, kv, window=4, o_dtype=n)",
                      "installed: kern.Wrapper.run(q, kv, *, window=-1, **kwargs)  [import]")]
+
+
+def test_build_note_tells_vendor_from_upstream_builds() -> None:
+    from metax_audit.checks.stack import build_note
+
+    vendor = CallableFact("k.f", "ok", "import", distribution="flashinfer", version="0.2.6+metax3.1.0")
+    upstream = CallableFact("k.f", "ok", "import", distribution="flashinfer-python", version="0.2.6.post1")
+    assert "local label +metax3.1.0" in build_note(vendor)[0]
+    assert "upstream build" in build_note(upstream)[0]
+    assert build_note(CallableFact("k.f", "ok", "static")) == []

@@ -129,3 +129,22 @@ def test_graph_capture_skips_on_cpu_without_simulation() -> None:
 def test_flashinfer_target_skips_without_cuda() -> None:
     out = run_one("lse", "paged-decode", "flashinfer:BatchDecodeWithPagedKVCacheWrapper", ProbeContext(device="cpu"))
     assert out.verdict == "skipped"
+
+
+def test_triton_op_adapter_skips_with_the_import_error(tmp_path) -> None:
+    from probes.base import ProbeSkip
+    from probes.families.vllm_ops import load_op
+
+    ops = tmp_path / "vllm" / "v1" / "attention" / "ops"
+    ops.mkdir(parents=True)
+    (ops / "triton_merge_attn_states.py").write_text("import no_such_module_for_probe_test\n")
+    ctx = ProbeContext(device="cuda", options={"vllm_source": str(tmp_path)})
+    with pytest.raises(ProbeSkip, match="import failed|no_such_module|triton"):
+        load_op("vllm-triton:merge_attn_states", ctx)
+    with pytest.raises(ProbeSkip, match="not found"):
+        load_op("vllm-triton:decode_attention_fwd", ctx)
+
+
+def test_triton_targets_skip_on_cpu() -> None:
+    out = run_one("lse", "merge-states", "vllm-triton:merge_attn_states", ProbeContext(device="cpu"))
+    assert out.verdict == "skipped" and "CUDA" in (out.skipped_reason or "")

@@ -429,3 +429,34 @@ def test_deeply_nested_generated_expression_does_not_crash(tmp_path):
     }
     result = _trace(tmp_path, extra)
     assert any(c.resolved == f"{PORT}.v1.attention.ops.merge_attn_states.merge_attn_states" for c in _chain(result).calls)
+
+
+def test_calling_a_port_object_follows_its_dunder_call(tmp_path):
+    body = FLASHINFER + '''
+
+class Combiner:
+    def __call__(self, out, lse):
+        return merge_attn_states(out, lse, out, lse)
+
+
+class NotCallable:
+    pass
+'''
+    body = body.replace(
+        "        merge_attn_states(output, query, key, value)\n",
+        "        combine = Combiner()\n        combine(output, query)\n        broken = NotCallable()\n        broken(output)\n",
+    )
+    result = _trace(tmp_path, {FI: body})
+    assert one_call(result, "combine").resolved == f"{FI_MOD}.Combiner.__call__"
+    assert any(c.caller == f"{FI_MOD}.Combiner.__call__" and c.callee_text == "merge_attn_states" for c in _chain(result).calls)
+    assert "defines no __call__" in unresolved_texts(result)["broken"]
+
+
+def test_a_name_upstream_does_not_define_is_unresolved_and_a_defined_one_is_not(tmp_path):
+    body = FLASHINFER.replace(
+        "from vllm.v1.attention.backend import AttentionBackend,",
+        "from vllm._custom_ops import merge_attn_states as native_merge, vanished_op\nfrom vllm.v1.attention.backend import AttentionBackend,",
+    ).replace("        merge_attn_states(output, query, key, value)\n", "        native_merge(output, query, key, value)\n        vanished_op(output)\n")
+    result = _trace(tmp_path, {FI: body})
+    assert one_call(result, "native_merge").resolved == "vllm._custom_ops.merge_attn_states"
+    assert unresolved_texts(result)["vanished_op"] == "vanished_op is not defined in upstream vllm._custom_ops"

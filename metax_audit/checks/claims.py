@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import re
 import tokenize
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from metax_audit.checks.stack import parse_file
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity
 
@@ -89,20 +91,24 @@ def claims_in(source: str) -> list[Claim]:
     return out
 
 
-def _statement_after(tree: ast.Module, claim: Claim) -> ast.stmt | None:
-    """The statement a comment describes: the one on its line (trailing) or the next one below."""
-    best: ast.stmt | None = None
-    best_first = 0
-    for node in ast.walk(tree):  # breadth first: on a tie the outermost statement wins
-        if not isinstance(node, ast.stmt):
-            continue
+def _statements(tree: ast.Module) -> list[tuple[int, int, int, ast.stmt]]:
+    """(first line, end line, breadth-first rank, stmt) of every statement, sorted by first line."""
+    out = []
+    for rank, node in enumerate(n for n in ast.walk(tree) if isinstance(n, ast.stmt)):
         first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-        if claim.trailing:
-            if first <= claim.line <= (node.end_lineno or node.lineno) and (best is None or first > best_first):
-                best, best_first = node, first
-        elif first > claim.end and (best is None or first < best_first):
-            best, best_first = node, first
-    return best
+        out.append((first, node.end_lineno or node.lineno, rank, node))
+    out.sort(key=lambda t: (t[0], t[2]))
+    return out
+
+
+def _statement_after(stmts: list[tuple[int, int, int, ast.stmt]], claim: Claim) -> ast.stmt | None:
+    """The statement a comment describes: the innermost one on its line (trailing comment) or
+    the outermost one starting first below it."""
+    if claim.trailing:
+        holding = [t for t in stmts if t[0] <= claim.line <= t[1]]
+        return max(holding, key=lambda t: (t[0], t[2]))[3] if holding else None
+    i = bisect.bisect_right([t[0] for t in stmts], claim.end)
+    return stmts[i][3] if i < len(stmts) else None
 
 
 def _enforcement(stmt: ast.stmt, claim: Claim) -> tuple[int, str] | None:
@@ -144,20 +150,20 @@ def check_claims(discovery: Discovery) -> Iterator[Finding]:
     for f in discovery.files:
         if f.parse_error is not None:
             continue
-        try:
-            source = (discovery.root / f.path).read_text(encoding="utf-8", errors="replace")
-            tree = ast.parse(source)
-        except (OSError, SyntaxError):
+        tree = parse_file(str(discovery.root / f.path))
+        if tree is None:
             continue
+        source = (discovery.root / f.path).read_text(encoding="utf-8", errors="replace")
         yield from _file_claims(f.path, source, tree, discovery.root)
 
 
 def _file_claims(path: str, source: str, tree: ast.Module, root: Path) -> Iterator[Finding]:
     lines = source.splitlines()
     uses: dict[str, list[int]] | None = None
+    stmts = _statements(tree)
     for claim in claims_in(source):
         listed = ""
-        stmt = _statement_after(tree, claim)
+        stmt = _statement_after(stmts, claim)
         comment = f"comment: {path}:{claim.line}: # {claim.text[:200]}"
         loc = Location(path, claim.line, f"claim:{claim.phrase.lower()}")
         if _NEGATIVE.search(claim.phrase):

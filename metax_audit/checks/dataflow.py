@@ -238,15 +238,36 @@ def _const_value(node: ast.expr, consts: dict[str, float]) -> float | None:
     return None
 
 
-def _note_ctor(mod: _Module, node: ast.Assign) -> None:
-    """Names (local or attribute) assigned a constructor anywhere in the file: the fallback used
-    when a wrapper travels through metadata (`w = meta.decode.wrapper`) under the same name."""
-    f = node.value.func if isinstance(node.value, ast.Call) else None
-    if isinstance(f, ast.Name) and f.id in mod.imports and f.id[:1].isupper():
-        for t in node.targets:
-            last = t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", None)
-            if last:
-                mod.ctor_names.setdefault(last.lstrip("_"), set()).add(mod.imports[f.id])
+def _note_ctor(mod: _Module, node: ast.AST) -> None:
+    """Names (local or attribute) given a wrapper class anywhere in the file: by a constructor, an
+    `.append(Ctor(...))` or an annotation (`prefill_main: Wrapper | None`, `list[Wrapper]`). The
+    fallback used when a wrapper travels through metadata (`w = meta.decode.wrapper`) by name."""
+    def last(t: ast.expr) -> str | None:
+        return t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", None)
+
+    def record(name: str | None, cls: str) -> None:
+        if name:
+            mod.ctor_names.setdefault(name.lstrip("_"), set()).add(cls)
+
+    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+        f = node.value.func
+        if isinstance(f, ast.Name) and f.id in mod.imports and f.id[:1].isupper():
+            for t in node.targets:
+                record(last(t), mod.imports[f.id])
+    elif isinstance(node, ast.AnnAssign):
+        ann = node.annotation
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):  # a quoted (forward) annotation
+            try:
+                ann = ast.parse(ann.value, mode="eval").body
+            except SyntaxError:
+                return
+        for n in ast.walk(ann):
+            if isinstance(n, ast.Name) and n.id in mod.imports and n.id[:1].isupper() and "Wrapper" in n.id:
+                record(last(node.target), mod.imports[n.id])
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" and node.args:
+        arg = node.args[0]
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id in mod.imports and arg.func.id[:1].isupper():
+            record(last(node.func.value), mod.imports[arg.func.id])
 
 
 def _load_module(root: Path, path: str) -> _Module | None:
@@ -271,6 +292,10 @@ def _load_module(root: Path, path: str) -> _Module | None:
             if v is not None:
                 consts[stmt.targets[0].id] = v
     mod = _Module(path, module, tree, src.splitlines(), imports, functions, classes, {}, {}, consts, {})
+    for cls in classes.values():  # dataclass-style fields: `prefill_main: Wrapper | None = None`
+        for stmt in cls.body:
+            if isinstance(stmt, ast.AnnAssign):
+                _note_ctor(mod, stmt)
     # One walk per function: its lazy imports (kept for the walker) and, for methods, the
     # `self.x = ...` assignments that later resolve `self.x(...)` and `self.x.run(...)`.
     owners: list[tuple[str | None, ast.FunctionDef | ast.AsyncFunctionDef]] = [(None, f) for f in functions.values()]
@@ -283,6 +308,8 @@ def _load_module(root: Path, path: str) -> _Module | None:
                 _imports_of([node], module, local_imports, deep=False)
             elif isinstance(node, ast.Assign):
                 assigns.append(node)
+                _note_ctor(mod, node)
+            elif isinstance(node, ast.AnnAssign | ast.Call):
                 _note_ctor(mod, node)
         mod.fn_imports[id(fn)] = local_imports
         if cname is None:
@@ -341,6 +368,13 @@ class _Walker:
 
     # -- resolution
 
+    def _by_name(self, name: str) -> list[object]:
+        ctors = self.mod.ctor_names.get(name.lstrip("_"), set())
+        if len(ctors) == 1:
+            return [_Inst(next(iter(ctors)), "same-name-in-file")]
+        cls = self.ctx.global_ctor(name) if not ctors else None
+        return [_Inst(cls, "same-name-in-scope")] if cls else []
+
     def resolve_value(self, node: ast.expr) -> list[object]:
         """What an expression denotes when used as a callee or an object: _Fn or _Inst candidates."""
         if isinstance(node, ast.Name):
@@ -353,10 +387,7 @@ class _Walker:
                 return [_Fn(self.imports[node.id], via="import")]
             if node.id in self.mod.functions:
                 return [_Fn(f"{self.mod.module}.{node.id}", via="module-function")]
-            ctors = self.mod.ctor_names.get(node.id.lstrip("_"), set())
-            if len(ctors) == 1:
-                return [_Inst(next(iter(ctors)), "same-name-in-file")]
-            return []
+            return self._by_name(node.id)
         if isinstance(node, ast.Attribute):
             if isinstance(node.value, ast.Name) and node.value.id == "self" and self.cls:
                 cls = self.mod.classes.get(self.cls)
@@ -367,11 +398,7 @@ class _Walker:
                 out: list[object] = []
                 for expr, imps in self.mod.self_attrs.get(self.cls, {}).get(node.attr, []):
                     out.extend(self._attr_candidates(expr, imps))
-                if not out:
-                    ctors = self.mod.ctor_names.get(node.attr.lstrip("_"), set())
-                    if len(ctors) == 1:
-                        out.append(_Inst(next(iter(ctors)), "same-name-in-file"))
-                return out
+                return out or self._by_name(node.attr)
             inner = self.resolve_value(node.value)
             out = []
             for c in inner:
@@ -380,18 +407,24 @@ class _Walker:
                 elif isinstance(c, _Fn) and not c.bound:
                     out.append(_Fn(f"{c.dotted}.{node.attr}", via=c.via))
             if not out:
-                ctors = self.mod.ctor_names.get(node.attr.lstrip("_"), set())
-                if len(ctors) == 1:
-                    return [_Inst(next(iter(ctors)), "same-name-in-file")]
+                if found := self._by_name(node.attr):
+                    return found
                 # Unknown object: keep the method name so interface contracts (`*.run_x`) still apply.
                 out.append(_Fn(f"<{_text(node.value, self.mod.lines)}>.{node.attr}", via="method-name"))
             return out
+        if isinstance(node, ast.Subscript):  # wrappers[i]: an element of a list of wrappers
+            return [c for c in self.resolve_value(node.value) if isinstance(c, _Inst)]
         if isinstance(node, ast.Call):  # Wrapper(...).run(...): an instance made on the spot
             return [_Inst(c.dotted, "constructor") for c in self.resolve_value(node.func)
                     if isinstance(c, _Fn) and c.dotted.rsplit(".", 1)[-1][:1].isupper()]
         return []
 
     def _attr_candidates(self, expr: ast.expr, imps: dict[str, str]) -> list[object]:
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" and self.cls:
+            cls = self.mod.classes.get(self.cls)
+            if cls is not None and any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == expr.attr for m in cls.body):
+                return [_Fn(f"{self.mod.module}.{self.cls}.{expr.attr}", via="self-attr-method")]
+            return []
         if isinstance(expr, ast.IfExp):
             return self._attr_candidates(expr.body, imps) + self._attr_candidates(expr.orelse, imps)
         if isinstance(expr, ast.Name):
@@ -813,12 +846,14 @@ class _Walker:
             if k.arg:
                 self._seed(seeds, k.arg, k.value, stmt)
         w = _Walker(self.ctx, mod, fn, cls, seeds, self.depth + 1)
-        ret = w.run()
-        if isinstance(ret, _Val):
-            return ret.step(self.loc(call), self.line_text(call) + f" (returned by {w.qualname})")
-        if isinstance(ret, _Tuple):
-            return _Tuple({i: v.step(self.loc(call), self.line_text(call) + f" (returned by {w.qualname})") for i, v in ret.items.items()})
-        return None
+        note = self.line_text(call) + f" (returned by {w.qualname})"
+        out: list[object] = []
+        for ret in _flatten(w.run()):
+            if isinstance(ret, _Val):
+                out.append(ret.step(self.loc(call), note))
+            elif isinstance(ret, _Tuple):
+                out.append(_Tuple({i: v.step(self.loc(call), note) for i, v in ret.items.items()}))
+        return out[0] if len(out) == 1 else (_Alt(tuple(out)) if out else None)
 
     def _seed(self, seeds: dict[str, object], name: str, arg: ast.expr, stmt: ast.stmt) -> None:
         v = self.eval(arg, stmt)
@@ -862,23 +897,22 @@ class _Analysis:
         return out
 
     def _helper(self, w: _Walker, c: _Fn) -> tuple[_Module, ast.FunctionDef | ast.AsyncFunctionDef, str | None] | None:
-        if True:
-            if not c.dotted.startswith(self.port + ".") and not c.dotted.startswith(w.mod.module + "."):
-                return None
-            parts = c.dotted.split(".")
-            for cut in range(len(parts) - 1, 0, -1):
-                mod_name, rest = ".".join(parts[:cut]), parts[cut:]
-                path = mod_name.replace(".", "/") + ".py"
-                mod = w.mod if mod_name == w.mod.module else (self.module(path) if (self.root / path).is_file() else None)
-                if mod is None:
-                    continue
-                if len(rest) == 1 and rest[0] in mod.functions:
-                    return mod, mod.functions[rest[0]], None
-                if len(rest) == 2 and rest[0] in mod.classes:
-                    for m in mod.classes[rest[0]].body:
-                        if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == rest[1]:
-                            return mod, m, rest[0]
-                break
+        if not c.dotted.startswith(self.port + ".") and not c.dotted.startswith(w.mod.module + "."):
+            return None
+        parts = c.dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            mod_name, rest = ".".join(parts[:cut]), parts[cut:]
+            path = mod_name.replace(".", "/") + ".py"
+            mod = w.mod if mod_name == w.mod.module else (self.module(path) if (self.root / path).is_file() else None)
+            if mod is None:
+                continue
+            if len(rest) == 1 and rest[0] in mod.functions:
+                return mod, mod.functions[rest[0]], None
+            if len(rest) == 2 and rest[0] in mod.classes:
+                for m in mod.classes[rest[0]].body:
+                    if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == rest[1]:
+                        return mod, m, rest[0]
+            break
         return None
 
     def global_ctor(self, name: str) -> str | None:

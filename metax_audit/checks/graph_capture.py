@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from metax_audit.checks.stack import source_line
+from metax_audit.checks.stack import parse_file, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import BackendChain, Category, Discovery, Finding, Location, Severity, TraceResult
 
@@ -104,9 +104,8 @@ def _locate(dotted: str, modules: dict[str, str], root: Path) -> tuple[str, ast.
         path = modules.get(".".join(parts[:i]))
         if path is None:
             continue
-        try:
-            node: ast.AST = ast.parse((root / path).read_text(encoding="utf-8", errors="replace"))
-        except (OSError, SyntaxError):
+        node: ast.AST | None = parse_file(str(root / path))
+        if node is None:
             return None
         for name in parts[i:]:
             body = getattr(node, "body", [])
@@ -125,9 +124,8 @@ def _functions(backend: BackendChain, discovery: Discovery, trace: TraceResult) 
     for hop in backend.chain:
         if hop.role != "forward" or hop.inherited_from:
             continue
-        try:
-            tree = ast.parse((discovery.root / hop.path).read_text(encoding="utf-8", errors="replace"))
-        except (OSError, SyntaxError):
+        tree = parse_file(str(discovery.root / hop.path))
+        if tree is None:
             continue
         func = _func_at(tree, hop.line, hop.qualname.rsplit(".", 1)[-1])
         if func is None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from metax_audit.checks.stack import source_line
+from metax_audit.checks.stack import build_note, parse_file, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity, StackFacts
 
@@ -47,9 +47,8 @@ def imported_names(root: Path, paths: Sequence[str], packages: Sequence[str]) ->
     tops = {p.replace("-", "_") for p in packages}
     out: list[ImportedName] = []
     for rel in paths:
-        try:
-            tree = ast.parse((root / rel).read_text(encoding="utf-8", errors="replace"))
-        except (OSError, SyntaxError):
+        tree = parse_file(str(root / rel))
+        if tree is None:
             continue  # unparsable files are reported by discovery (MXA001)
         guarded = _guarded_lines(tree)
         for node in ast.walk(tree):
@@ -77,7 +76,7 @@ def check_imports(discovery: Discovery, facts: StackFacts) -> Iterator[Finding]:
         port_side = f"port: {imp.path}:{imp.line}: {source_line(discovery.root, imp.path, imp.line)}"
         if fact.status == "not-found":
             severity = None
-            notes = [f"lookup: {fact.error}" if fact.error else "lookup failed"]
+            notes = [f"lookup: {fact.error}" if fact.error else "lookup failed", *build_note(fact)]
             if fact.source == "static":
                 severity = Severity.WARNING  # a dynamic export is invisible to a static read
                 notes.append("read statically from source; a runtime-only export would not be seen")

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metax_audit.checks.stack import call_text, checked_calls, installed_text, usable
+from metax_audit.checks.stack import build_note, call_text, checked_calls, installed_text, usable
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import (
     CallArg,
@@ -158,7 +158,7 @@ def check_signatures(
             continue
         assert fact.params is not None
         b = bind(call, fact.params)
-        both: tuple[str, ...] = (call_text(root, call), installed_text(fact, facts))
+        both: tuple[str, ...] = (call_text(root, call), installed_text(fact, facts), *build_note(fact))
         severity = None
         if fact.error and "decorated with" in fact.error:
             if any(w in fact.error for w in ("autotune", "heuristics")):

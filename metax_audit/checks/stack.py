@@ -2,6 +2,8 @@
 # graph-capture, claim) and `run_checks`, the one entry point that chains them for the pipeline.
 from __future__ import annotations
 
+import ast
+import os
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -24,8 +26,43 @@ def installed_text(fact: CallableFact, facts: StackFacts) -> str:
     return f"installed: {fact.target}{fact.signature or '(?)'}  [{origin}{', ' + dist if dist else ''}]{where}"
 
 
-@lru_cache(maxsize=256)
+def build_note(fact: CallableFact) -> list[str]:
+    """Say whether the installed distribution is a vendor build (a `+local` version label) or not."""
+    if not fact.version:
+        return []
+    if "+" in fact.version:
+        return [f"build: {fact.distribution} {fact.version} carries the local label +{fact.version.split('+', 1)[1]} (a vendor build)"]
+    return [f"build: {fact.distribution} {fact.version} has no local version label: an upstream build; "
+            "a vendor build may differ, so confirm against a manifest captured on the vendor stack"]
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, -1)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def parse_file(path: str) -> ast.Module | None:
+    """The ast of a snapshot file, parsed once per run for all checks (None when unreadable)."""
+    return _parse(path, _stamp(path))
+
+
+@lru_cache(maxsize=512)
+def _parse(path: str, stamp: tuple[int, int]) -> ast.Module | None:  # stamp: re-read a changed file
+    try:
+        return ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def _lines(path: str) -> tuple[str, ...]:
+    return _read_lines(path, _stamp(path))
+
+
+@lru_cache(maxsize=512)
+def _read_lines(path: str, stamp: tuple[int, int]) -> tuple[str, ...]:
     try:
         return tuple(Path(path).read_text(encoding="utf-8", errors="replace").splitlines())
     except OSError:

@@ -17,12 +17,13 @@ from metax_audit.kernels.h2o_reference import (
 
 LOG2E = 1.0 / math.log(2.0)
 
-# Per head-dim launch defaults (positions per tile, tiles per program, warps, pipeline stages);
-# picked on the H200 by benchmarks/h2o_bench.py --tune, see reports/h2o/.
+# Per head-dim launch defaults (positions per tile, tiles per program, warps, pipeline stages).
+# d=128 is the best of benchmarks/h2o_bench.py --tune on the H200 (reports/h2o/); 64 and 256 keep
+# the same program shape (two warps, eight tiles) and a similar tile size in bytes, untuned.
 DEFAULT_LAUNCH: dict[int, dict[str, int]] = {
-    64: {"BLOCK_N": 128, "TILES": 2, "num_warps": 4, "num_stages": 3},
-    128: {"BLOCK_N": 64, "TILES": 4, "num_warps": 2, "num_stages": 3},
-    256: {"BLOCK_N": 32, "TILES": 4, "num_warps": 4, "num_stages": 3},
+    64: {"BLOCK_N": 64, "TILES": 8, "num_warps": 2, "num_stages": 3},
+    128: {"BLOCK_N": 64, "TILES": 8, "num_warps": 2, "num_stages": 3},
+    256: {"BLOCK_N": 32, "TILES": 8, "num_warps": 2, "num_stages": 3},
 }
 
 
@@ -49,10 +50,11 @@ def _kernels() -> Any:
         s_qb, s_qh, s_kp, s_ks, s_kh, s_tb, s_lb, s_lh, s_ob, s_oh, s_pb, s_ph,
         GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
         BLOCK_N: tl.constexpr, TILES: tl.constexpr, INDPTR: tl.constexpr, LOGITS: tl.constexpr,
-        TWO_TERM: tl.constexpr, KS_PTR: tl.constexpr, DOT_DT: tl.constexpr,
+        TWO_TERM: tl.constexpr, KS_PTR: tl.constexpr, DOT_DT: tl.constexpr, BLOCKS: tl.constexpr,
     ):
         # One program per (kv head, span of BLOCK_N*TILES positions, request); the kv head varies
         # fastest so neighbouring programs read neighbouring bytes of the same cache pages.
+        # BLOCKS: store per-page sums (width counts pages; needs BLOCK_N % PAGE == 0).
         g = tl.program_id(0)
         blk = tl.program_id(1)
         r = tl.program_id(2).to(tl.int64)
@@ -81,7 +83,12 @@ def _kernels() -> Any:
         # Only tiles holding live positions touch K: spans past the sequence (about half the grid
         # for mixed lengths) cost a few zero stores instead of a full masked pass.
         n_tiles = tl.cdiv(tl.minimum(tl.maximum(n - base, 0), BLOCK_N * TILES), BLOCK_N)
-        if not LOGITS:
+        if BLOCKS:
+            for i in tl.static_range(TILES):
+                offs_zb = (base + i * BLOCK_N) // PAGE + tl.arange(0, BLOCK_N // PAGE)
+                zero_b = tl.zeros([BLOCK_N // PAGE], tl.float32)
+                tl.store(out_ptr + r * s_ob + g * s_oh + offs_zb, zero_b, mask=(offs_zb * PAGE >= n) & (offs_zb < width))
+        elif not LOGITS:
             for i in tl.static_range(TILES):
                 offs_z = base + i * BLOCK_N + tl.arange(0, BLOCK_N)
                 zero = tl.zeros([BLOCK_N], tl.float32)
@@ -109,7 +116,13 @@ def _kernels() -> Any:
                 m_i = m_new
             else:
                 p = tl.where(hmask[:, None] & valid[None, :], tl.exp2(s - lse2[:, None]), 0.0)
-                tl.store(out_ptr + r * s_ob + g * s_oh + offs_n, tl.sum(p, axis=0) * out_mul, mask=valid & (offs_n < width))
+                tok = tl.sum(p, axis=0) * out_mul
+                if BLOCKS:
+                    offs_b = (base + i * BLOCK_N) // PAGE + tl.arange(0, BLOCK_N // PAGE)
+                    bsum = tl.sum(tl.reshape(tok, [BLOCK_N // PAGE, PAGE]), axis=1)
+                    tl.store(out_ptr + r * s_ob + g * s_oh + offs_b, bsum, mask=(offs_b * PAGE < n) & (offs_b < width))
+                else:
+                    tl.store(out_ptr + r * s_ob + g * s_oh + offs_n, tok, mask=valid & (offs_n < width))
         if LOGITS:
             p_off = r * s_pb + heads * s_ph + blk * 2
             tl.store(part_ptr + p_off, m_i, mask=hmask)
@@ -133,7 +146,7 @@ def _kernels() -> Any:
     @triton.jit
     def scores_from_logits(
         x_ptr, lse_ptr, len_ptr, out_ptr, out_mul, width, q_heads, s_xb, s_xh, s_ob, s_oh,
-        GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+        GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, BLOCKS: tl.constexpr,
     ):
         g = tl.program_id(0)
         blk = tl.program_id(1)
@@ -148,7 +161,13 @@ def _kernels() -> Any:
         msk = hmask[:, None] & valid[None, :]
         x = tl.load(x_ptr + r * s_xb + heads[:, None] * s_xh + offs_n[None, :], mask=msk, other=0.0)
         p = tl.where(msk, tl.exp2(x - lse2[:, None]), 0.0)
-        tl.store(out_ptr + r * s_ob + g * s_oh + offs_n, tl.sum(p, axis=0) * out_mul, mask=offs_n < width)
+        tok = tl.sum(p, axis=0) * out_mul
+        if BLOCKS:
+            offs_b = blk * (BLOCK_N // PAGE) + tl.arange(0, BLOCK_N // PAGE)
+            bsum = tl.sum(tl.reshape(tok, [BLOCK_N // PAGE, PAGE]), axis=1)
+            tl.store(out_ptr + r * s_ob + g * s_oh + offs_b, bsum, mask=offs_b < width)
+        else:
+            tl.store(out_ptr + r * s_ob + g * s_oh + offs_n, tok, mask=offs_n < width)
 
     return type("H2OKernels", (), {"h2o_pass": h2o_pass, "lse_reduce": lse_reduce, "scores_from_logits": scores_from_logits})
 
@@ -171,8 +190,9 @@ def _dot_dtypes(q: Any, k: Any) -> tuple[Any, Any, bool]:
 
 def _triton_scores(
     q: Any, k: Any, paging: Any, *, width: int, scale: float, lse2: Any, group_mean: bool, k_scale: Any,
-    launch: dict[str, int] | None,
+    launch: dict[str, int] | None, blocks: bool = False,
 ) -> Any:
+    """Launch the kernels; `blocks` makes them store per-page sums instead of per-position scores."""
     import torch
     import triton
 
@@ -187,6 +207,8 @@ def _triton_scores(
     cfg = dict(DEFAULT_LAUNCH.get(head_dim, DEFAULT_LAUNCH[128]))
     cfg.update(launch or {})
     block_n, tiles = cfg.pop("BLOCK_N"), cfg.pop("TILES")
+    if blocks:
+        block_n = max(block_n, page_size)  # a tile must hold whole pages to sum them
     dev = q.device
     dot_dt, tl_dt, two_term = _dot_dtypes(q, k)
     q = q.contiguous() if q.stride(2) != 1 else q
@@ -203,7 +225,8 @@ def _triton_scores(
         ks_ptr = k_scale.to(device=dev, dtype=torch.float32).reshape(-1)[:1]
     elif k_scale is not None:
         qk_scale *= float(k_scale)
-    out = torch.empty(batch, kv_heads, width, device=dev, dtype=torch.float32)
+    out_width = triton.cdiv(width, page_size) if blocks else width
+    out = torch.empty(batch, kv_heads, out_width, device=dev, dtype=torch.float32)
     out_mul = 1.0 / group if group_mean else 1.0
     span = block_n * tiles
     n_spans = max(1, triton.cdiv(width, span))
@@ -220,10 +243,10 @@ def _triton_scores(
         lse2 = lse2.to(device=dev, dtype=torch.float32)
         kern.h2o_pass[grid](
             q_hi, q_lo, k, table, row_start, lens, lse2, ks_ptr, out, out,
-            qk_scale, 1.0, out_mul, width,
+            qk_scale, 1.0, out_mul, out_width,
             q_hi.stride(0), q_hi.stride(1), k.stride(0), k.stride(1), k.stride(2), t_stride,
             lse2.stride(0), lse2.stride(1), out.stride(0), out.stride(1), 0, 0,
-            LOGITS=False, **common, **cfg,
+            LOGITS=False, BLOCKS=blocks, **common, **cfg,
         )
         return out
     # No LSE: one pass over K writes base-2 logits and per-span (max, sum) partials; a tiny
@@ -235,14 +258,14 @@ def _triton_scores(
         qk_scale, 1.0, out_mul, width,
         q_hi.stride(0), q_hi.stride(1), k.stride(0), k.stride(1), k.stride(2), t_stride,
         0, 0, logits.stride(0), logits.stride(1), parts.stride(0), parts.stride(1),
-        LOGITS=True, **common, **cfg,
+        LOGITS=True, BLOCKS=False, **common, **cfg,
     )
     lse_out = torch.empty(batch, q_heads, device=dev, dtype=torch.float32)
     kern.lse_reduce[(q_heads, batch)](parts, lse_out, n_spans, q_heads, parts.stride(0), parts.stride(1), NB=triton.next_power_of_2(n_spans))
     blk2 = 256
     kern.scores_from_logits[(kv_heads, triton.cdiv(width, blk2), batch)](
-        logits, lse_out, lens, out, out_mul, width, q_heads, logits.stride(0), logits.stride(1),
-        out.stride(0), out.stride(1), GROUP=group, BLOCK_H=block_h, BLOCK_N=blk2,
+        logits, lse_out, lens, out, out_mul, out_width, q_heads, logits.stride(0), logits.stride(1),
+        out.stride(0), out.stride(1), GROUP=group, BLOCK_H=block_h, BLOCK_N=blk2, PAGE=page_size, BLOCKS=blocks,
     )
     return out
 
@@ -296,18 +319,25 @@ def h2o_scores(
             lse_base=lse_base, reduce=reduce, k_scale=k_scale, indptr=indptr, indices=indices,
             last_page_len=last_page_len, max_seq_len=max_seq_len,
         )
-    k = key_cache_view(kv_cache, kv_layout)
-    paging = resolve_paging(
-        int(k.shape[1]), block_table=block_table, seq_lens=seq_lens, indptr=indptr, indices=indices,
-        last_page_len=last_page_len,
+    return _run_triton(
+        q, kv_cache, block_table=block_table, seq_lens=seq_lens, scale=scale, kv_layout=kv_layout, lse=lse,
+        lse_base=lse_base, reduce=reduce, k_scale=k_scale, indptr=indptr, indices=indices,
+        last_page_len=last_page_len, max_seq_len=max_seq_len, launch=launch, blocks=False,
     )
+
+
+def _run_triton(q: Any, kv_cache: Any, *, kv_layout: str, lse: Any, lse_base: str | None, reduce: str, scale: float,
+                k_scale: Any, max_seq_len: int | None, launch: dict[str, int] | None, blocks: bool, **paging_kw: Any) -> Any:
+    k = key_cache_view(kv_cache, kv_layout)
+    paging = resolve_paging(int(k.shape[1]), **paging_kw)
     if q.dim() != 3 or q.shape[2] != k.shape[3] or q.shape[1] % k.shape[2] or q.shape[0] != paging.batch:
         raise ValueError(f"q {tuple(q.shape)} does not fit the cache's K {tuple(k.shape)} and batch {paging.batch}")
     longest = int(paging.seq_lens.max()) if max_seq_len is None and paging.batch else 0
     width = int(max_seq_len) if max_seq_len is not None else longest
     lse2 = None if lse is None else lse_to_base2(lse, lse_base)
     return _triton_scores(
-        q, k, paging, width=width, scale=scale, lse2=lse2, group_mean=reduce == "mean", k_scale=k_scale, launch=launch
+        q, k, paging, width=width, scale=scale, lse2=lse2, group_mean=reduce == "mean", k_scale=k_scale, launch=launch,
+        blocks=blocks,
     )
 
 
@@ -316,6 +346,18 @@ def block_scores(q: Any, kv_cache: Any, **kwargs: Any) -> Any:
 
     Block j of request r is the request's j-th page (`block_table[r, j]`, or
     `indices[indptr[r] + j]`); blocks past the request's last page are 0. Takes h2o_scores' keywords.
+    On the Triton path with a power-of-two page of at most 256 slots the kernel stores the page
+    sums directly (per-position scores never reach memory).
     """
     page = int(key_cache_view(kv_cache, kwargs.get("kv_layout", "NHD")).shape[1])
+    backend = kwargs.get("backend", "auto")
+    fused = page & (page - 1) == 0 and page <= 256 and backend != "torch"
+    if fused and (backend == "triton" or (q.is_cuda and triton_available())):
+        if kwargs.get("reduce", "sum") not in REDUCTIONS:
+            raise ValueError(f"reduce must be 'sum' or 'mean', got {kwargs.get('reduce')!r}")
+        if kwargs.get("lse") is not None and kwargs.get("lse_base") is None:
+            raise ValueError("lse given without lse_base: declare 'e' (FlashAttention) or '2' (FlashInfer)")
+        kw = {"kv_layout": "NHD", "lse": None, "lse_base": None, "reduce": "sum", "k_scale": None, "max_seq_len": None,
+              "launch": None, **{k: v for k, v in kwargs.items() if k != "backend"}}
+        return _run_triton(q, kv_cache, blocks=True, **kw)
     return block_scores_from_token_scores(h2o_scores(q, kv_cache, **kwargs), page)

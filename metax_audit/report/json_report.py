@@ -74,6 +74,7 @@ def to_json_dict(report: AuditReport) -> dict[str, Any]:
             else None
         ),
         "waivers": _plain(report.waivers),
+        "dataflow": [_plain(f) for f in report.dataflow],
     }
     # The snapshot is a temporary export; its path must never leak into a report.
     return _scrub(data, str(snap.root)) if str(snap.root) not in ("", ".") else data

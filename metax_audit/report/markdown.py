@@ -173,6 +173,8 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         out.append("_No probes ran: kernel semantics are unvalidated in this report._")
     out.append("")
 
+    out += _dataflow_section(report, link)
+
     if cov.skipped or cov.left_out:
         out += ["## Coverage gaps", ""]
         out += [f"- not analysed: `{s.path}`: {_inline(s.reason)}" for s in cov.skipped]
@@ -319,3 +321,27 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
         out += _table(["where", "call", "resolved", "branch"], rows)
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _dataflow_section(report: AuditReport, link: Linker) -> list[str]:
+    """Every LSE flow from a producing kernel to a merge/reduction, so a reviewer sees the matches too."""
+    out = ["## LSE flows (producer -> consumer)", ""]
+    if not report.dataflow:
+        out += [_stage_note(report, "dataflow", "No LSE flows from a kernel into a merge or reduction were found."), ""]
+        return out
+    rows = []
+    for flow in report.dataflow:
+        prod, cons = flow.get("producer", {}), flow.get("consumer", {})
+        ploc, cloc = prod.get("location", {}), cons.get("location", {})
+        rows.append([
+            _Raw(f"`{prod.get('callee', '?')}` " + _loc(ploc.get("path", ""), ploc.get("line", 0), link)),
+            f"base {prod.get('base', '?')}, {prod.get('layout', '?')}",
+            _Raw(f"`{cons.get('callee', '?')}({cons.get('arg', '')}=)` " + _loc(cloc.get("path", ""), cloc.get("line", 0), link)),
+            f"base {cons.get('base', '?')}, {cons.get('layout', '?')}",
+            len(flow.get("steps", ())),
+            flow.get("verdict", "?"),
+            "; ".join(flow.get("probes", ())),
+        ])
+    out += _table(["producer", "produces", "consumer", "expects", "steps", "verdict", "confirm with"], rows)
+    out.append("")
+    return out

@@ -157,7 +157,12 @@ class Walker:
 
     def walk(self, fn: Func, bindings: dict[str, Vals] | None = None, depth: int = 0) -> None:
         key = (fn.dotted, id(fn.node), _bkey(bindings))
-        if key in self._done or depth > self.budget.max_depth or self.budget.analysed >= self.budget.max_functions:
+        if key in self._done or depth > self.budget.max_depth:
+            return
+        if self.budget.analysed >= self.budget.max_functions:
+            # Say that the walk was cut, instead of silently returning fewer call sites.
+            loc = Location(fn.info.path, fn.node.lineno, fn.dotted)
+            self.out.unresolved.setdefault(("budget",), Unresolved(loc, fn.dotted, f"not traced: the {self.budget.max_functions}-function budget of this walk was used up"))
             return
         self._done.add(key)
         self.budget.analysed += 1
@@ -323,7 +328,7 @@ class Walker:
             inner = t.func
             dotted = getattr(inner, "dotted", None)
             if isinstance(inner, Func) and inner.info.origin == "port":
-                self._follow(inner, call, s, depth, skip=0)
+                self._follow(inner, call, s, depth, bind=False)  # positions shift behind partial's own arguments
             origin = self.c.origin(dotted) if dotted else "unresolved"
             return site(dotted, origin, "partial", pargs)
         if isinstance(t, Cls):
@@ -332,19 +337,22 @@ class Walker:
                 self.out.files.add(t.info.path)
                 for i in init:
                     if isinstance(i, Func) and i.info.origin == "port":
-                        self._follow(replace_bound(i, Inst(t)), call, s, depth, skip=0)
+                        self._follow(replace_bound(i, Inst(t)), call, s, depth)
             return site(t.dotted, t.info.origin, t.via or "local")
         if isinstance(t, Func):
-            if _is_triton_kernel(t.node):
+            if is_triton_kernel(t.node):
                 self.out.files.add(t.info.path) if t.info.origin == "port" else None
                 return site(t.dotted, t.info.origin, "kernel-launch")
             bound_port = isinstance(t.bound, Inst | Cls | Super) and _bound_origin(t.bound) == "port"
             if t.info.origin == "port" or (self.follow_upstream_methods and bound_port):
-                self._follow(t, call, s, depth, skip=0)
+                self._follow(t, call, s, depth)
             return site(t.dotted, t.info.origin, t.via or ("self-method" if t.bound is not None else "local"))
         if isinstance(t, Ext):
             if t.dotted == "builtins.None":
                 return None
+            if t.lazy and self.r.index.defines_text(t.dotted) is False:
+                # Not parsed (lazy), but the upstream module does not even mention the name.
+                return Unresolved(loc, text, f"{t.dotted.rpartition('.')[2]} is not defined in upstream {t.dotted.rpartition('.')[0]}")
             origin = self.c.origin(t.dotted)
             if origin == "builtin" and t.dotted.startswith("torch.Tensor.") and method not in HOST_SYNC:
                 return None
@@ -354,13 +362,22 @@ class Walker:
                     return None  # buffer.copy_() on an attribute of an external object
             return site(t.dotted, origin, t.via or "import-alias")
         if isinstance(t, Inst):
-            return site(f"{getattr(t.cls, 'dotted', '?')}.__call__", "unresolved", "instance-call")
+            if isinstance(t.cls, Ext):
+                return site(f"{t.cls.dotted}.__call__", self.c.origin(t.cls.dotted), "instance-call")
+            for m in known(self.r.class_member(t.cls, "__call__", t)):
+                if isinstance(m, Func):
+                    if m.info.origin == "port":
+                        self._follow(m, call, s, depth)
+                    return site(m.dotted, m.info.origin, "instance-call")
+                if isinstance(m, Ext):
+                    return site(m.dotted, self.c.origin(m.dotted), "instance-call")
+            return Unresolved(loc, text, f"an instance of {t.cls.dotted} is called but the class defines no __call__")
         if isinstance(t, Layer):
             return None
         return Unresolved(loc, text, f"call of a {type(t).__name__.lower()}")
 
-    def _follow(self, target: Func, call: ast.Call, scope: Scope, depth: int, skip: int) -> None:
-        bindings = self._bind_args(target, call, scope)
+    def _follow(self, target: Func, call: ast.Call, scope: Scope, depth: int, bind: bool = True) -> None:
+        bindings = self._bind_args(target, call, scope) if bind else {}
         self.walk(target, bindings, depth + 1)
 
     def _bind_args(self, target: Func, call: ast.Call, scope: Scope) -> dict[str, Vals]:
@@ -410,7 +427,7 @@ def _bound_origin(b: Val) -> str | None:
     return None
 
 
-def _is_triton_kernel(node: ast.AST) -> bool:
+def is_triton_kernel(node: ast.AST) -> bool:
     for d in getattr(node, "decorator_list", []):
         text = ast.unparse(d.func if isinstance(d, ast.Call) else d)
         if (text.split(".")[-1] in {"jit", "autotune", "heuristics"} and "triton" in text) or text in {"jit", "triton_jit"}:

@@ -17,7 +17,7 @@ from metax_audit.models import (
     TraceResult,
     Unresolved,
 )
-from metax_audit.trace.calls import Budget, Classifier, Collected, Walker
+from metax_audit.trace.calls import Budget, Classifier, Collected, Walker, is_triton_kernel
 from metax_audit.trace.modules import ModuleIndex
 from metax_audit.trace.resolve import Cls, Ext, Func, Inst, Layer, Partial, Resolver, Scope, Val, known
 
@@ -51,6 +51,8 @@ class _Tracer:
                 return v
             if isinstance(v, Ext):
                 base = v.dotted.rpartition(".")[0]
+                if self.classifier.origin(base) == "builtin":
+                    return None  # object/NamedTuple plumbing is not a chain hop
                 hops.append(ChainHop(role, v.dotted, "", 0, v.dotted, f"{self.classifier.origin(base)}:{base}"))
                 return None
         return None
@@ -262,7 +264,10 @@ class _Tracer:
             if info is None:
                 continue
             for node in info.tree.body:
-                # Functions a chain walked already have their (more precise) call sites.
+                # Functions a chain walked already have their (more precise) call sites; Triton
+                # kernel bodies are device DSL (tl.*), their launches are the call sites.
+                if is_triton_kernel(node):
+                    continue
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and f"{info.name}.{node.name}" not in self._walked:
                     self._guarded(walker, Func(f"{info.name}.{node.name}", info, node))
                 elif isinstance(node, ast.ClassDef):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +145,24 @@ class ModuleIndex:
             info = self._parse(name, rel, path, pkg)
         self._cache[name] = info
         return info
+
+    def defines_text(self, dotted: str) -> bool | None:
+        """Cheap check without parsing: does the module holding `dotted` mention its first name?
+        None when no such module file exists in the tree (not an answer either way)."""
+        parts = dotted.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            found = self._file_for(".".join(parts[:i]))
+            if found is None:
+                continue
+            name = parts[i]
+            if self.exists(".".join(parts[: i + 1])):
+                return True  # a submodule
+            try:
+                text = found[1].read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return None
+            return re.search(rf"\b{re.escape(name)}\b", text) is not None
+        return None
 
     def module_for_path(self, rel: str) -> ModuleInfo | None:
         p = Path(rel)

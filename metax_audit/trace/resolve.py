@@ -47,9 +47,13 @@ class Func(Val):
 
 @dataclass(frozen=True)
 class Ext(Val):
-    """Something outside the readable sources, kept as the dotted path it was imported by."""
+    """Something outside the readable sources, kept as the dotted path it was imported by.
+
+    `lazy` marks an upstream name not read yet: a direct call needs only its dotted path, so the
+    upstream module is parsed only when an attribute, a call result or a base class needs it."""
 
     dotted: str
+    lazy: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -295,7 +299,7 @@ class Resolver:
         out: list[Cls | Ext] = []
         for b in cls.node.bases:
             expr = b.value if isinstance(b, ast.Subscript) else b
-            for v in self.eval(expr, Scope.of(cls.info, None), depth + 1):
+            for v in self.materialize(self.eval(expr, Scope.of(cls.info, None), depth + 1), depth):
                 if isinstance(v, Cls | Ext) and v != cls:
                     out.append(v)
         return out
@@ -321,10 +325,13 @@ class Resolver:
         chain = self.mro(cls)
         if skip_first:
             chain = chain[1:]
+        plain_base: str | None = None
         for c in chain:
             if isinstance(c, Ext):
                 if _is_plain_base(c.dotted):
-                    continue  # object, abc.ABC, typing.Generic... define nothing a backend calls
+                    # stdlib bases (NamedTuple, ArgumentParser, ABC) last: port and upstream classes win
+                    plain_base = plain_base or c.dotted
+                    continue
                 via = "inherited" if c is not chain[0] else ""
                 return (Ext(f"{c.dotted}.{name}", via=via),)
             node = _class_body_def(c.node, name)
@@ -354,6 +361,10 @@ class Resolver:
                 got = self.instance_attr(c, name, depth) or self.assigned_attr(c, name, depth)
                 if got:
                     return got
+        if plain_base is not None and not plain_base.startswith(("abc.", "typing.Generic")):
+            return (Ext(f"{plain_base}.{name}", via="inherited"),)
+        if name.startswith("__") and name.endswith("__") and name != "__call__":
+            return (Ext(f"builtins.object.{name}", via="inherited"),)
         return (Unknown(f"{cls.dotted} has no attribute {name}"),)
 
     def instance_attr(self, cls: Cls, name: str, depth: int = 0) -> Vals:
@@ -403,11 +414,29 @@ class Resolver:
         out = [v for v in out if not (isinstance(v, Ext) and v.dotted == "builtins.None")]
         return force_via(known(out), "self-attr") if out else ()
 
+    def materialize(self, vals: Vals, depth: int = 0) -> Vals:
+        out: list[Val] = []
+        for v in vals:
+            if isinstance(v, Ext) and v.lazy:
+                out.extend(self.lookup(v.dotted, depth + 1))
+            elif isinstance(v, Inst) and isinstance(v.cls, Ext) and v.cls.lazy:
+                out.extend(Inst(c, via=v.via) if isinstance(c, Cls | Ext) else c for c in self.lookup(v.cls.dotted, depth + 1))
+            else:
+                out.append(v)
+        return tuple(out)
+
+    def lazy_lookup(self, dotted: str, depth: int = 0) -> Vals:
+        if self.index.origin_of(dotted) == "upstream":
+            return (Ext(dotted, lazy=True),)
+        return self.lookup(dotted, depth)
+
     # ---- attributes
 
     def attr(self, val: Val, name: str, depth: int = 0) -> Vals:
         if depth > MAX_DEPTH:
             return (Unknown("resolution too deep"),)
+        if (isinstance(val, Ext) and val.lazy) or (isinstance(val, Inst) and isinstance(val.cls, Ext) and val.cls.lazy):
+            return known(v2 for v in with_via(self.materialize((val,), depth), val.via) for v2 in self.attr(v, name, depth + 1))
         if isinstance(val, Mod):
             got = self.module_member(val.info, name, depth + 1)
             return with_via(got, val.via) if val.via else got
@@ -444,7 +473,7 @@ class Resolver:
                     return (Cls(dotted, scope.info, sub, via="local"),)
                 return (Func(dotted, scope.info, sub, via="local", closure=scope),)  # type: ignore[arg-type]
             if ident in scope.lazy:
-                return force_via(self.lookup(scope.lazy[ident], depth + 1), "lazy-import")
+                return force_via(self.lazy_lookup(scope.lazy[ident], depth + 1), "lazy-import")
             if ident in scope.assigns:
                 key = ("local", id(scope.node), ident)
                 if key in self._active:
@@ -467,7 +496,7 @@ class Resolver:
         if ident in info.imports:
             target = info.imports[ident]
             via = "relative-import" if _is_relative(info, ident) else "import-alias"
-            vals = plain(self.lookup(target, depth + 1))
+            vals = plain(self.lazy_lookup(target, depth + 1))
             if any(isinstance(v, Cls | Func) and v.dotted != target for v in vals):
                 via = "re-export"  # the name is defined elsewhere and re-exported by the imported module
             return with_via(vals, via)
@@ -517,6 +546,9 @@ class Resolver:
         if isinstance(ann, ast.Name | ast.Attribute):
             if (ann.attr if isinstance(ann, ast.Attribute) else ann.id) in {"Any", "object"}:
                 return (Unknown(f"declared as {ast.unparse(ann)}"),)
+            alias = info.assigns.get(ann.id) if isinstance(ann, ast.Name) and ann.id not in info.defs else None
+            if isinstance(alias, ast.Subscript | ast.BinOp) and depth < MAX_DEPTH:
+                return self.annotation(alias, info, depth + 1)  # a type alias: Foo = Callable[...]
             return self._instances(self.eval(ann, Scope.of(info, None), depth + 1))
         return (Unknown(f"annotation {ast.unparse(ann)}"),)
 
@@ -565,10 +597,12 @@ class Resolver:
         if isinstance(f, ast.Name) and f.id == "super" and scope.owner is not None and "super" not in scope.info.defs:
             inst = self.name(scope.node.args.args[0].arg, scope, depth + 1) if scope.node is not None and scope.node.args.args else (Inst(scope.owner),)
             return (Super(scope.owner, inst[0] if inst else Inst(scope.owner)),)
-        fvals = self.callee(f, scope, depth + 1)
+        fvals = self.materialize(self.callee(f, scope, depth + 1), depth)
         out: list[Val] = []
         for fv in fvals:
-            if isinstance(fv, Ext) and fv.dotted == "builtins.getattr" and len(call.args) >= 2:
+            if isinstance(fv, Ext) and fv.dotted == "typing.cast" and call.args:
+                out.extend(self.annotation(call.args[0], scope.info, depth + 1))
+            elif isinstance(fv, Ext) and fv.dotted == "builtins.getattr" and len(call.args) >= 2:
                 name = call.args[1]
                 if isinstance(name, ast.Constant) and isinstance(name.value, str):
                     obj = self.eval(call.args[0], scope, depth + 1)

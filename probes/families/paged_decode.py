@@ -2,7 +2,7 @@
 # built-in targets (explicit torch reference, torch SDPA, FlashInfer's BatchDecode wrapper).
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
 
@@ -35,7 +35,7 @@ Optional __probe_declares__ = {"lse": "base-2/[T,H]"} states documented semantic
 class TorchPagedDecode:
     """The explicit fp64 paged reference: reads metadata tensors at run time (graph-safe in spirit)."""
 
-    __probe_declares__: dict[str, str] = {}
+    __probe_declares__: ClassVar[dict[str, str]] = {}
 
     def __init__(self) -> None:
         self._meta: dict[str, Any] = {}
@@ -87,7 +87,7 @@ class FlashInferPagedDecode:
     """FlashInfer 0.2.x BatchDecodeWithPagedKVCacheWrapper behind the paged-decode convention:
     one wrapper per kv_layout (the layout is fixed at construction), plan() from the block table."""
 
-    __probe_declares__ = {"lse": "base-2/[T,H]", "lse_base": "2"}  # FlashInfer documents log2-domain LSE
+    __probe_declares__: ClassVar[dict[str, str]] = {"lse": "base-2/[T,H]", "lse_base": "2"}  # FlashInfer documents log2-domain LSE
 
     def __init__(self, device: str, *, graph: tuple[int, int] | None = None) -> None:
         from probes.families._flashinfer import import_flashinfer
@@ -154,7 +154,8 @@ def flashinfer_controls(fi: Any) -> tuple[frozenset[str], tuple[str, ...]]:
     return frozenset(have), notes
 
 
-BUILTIN = ("torch-reference", "torch-sdpa", "flashinfer:BatchDecodeWithPagedKVCacheWrapper")
+BUILTIN = ("torch-reference", "torch-sdpa", "flashinfer:BatchDecodeWithPagedKVCacheWrapper",
+           "vllm-triton:decode_attention_fwd", "port-triton:decode_attention_fwd")
 
 
 def load(spec: str, ctx: ProbeContext) -> Target:
@@ -165,6 +166,10 @@ def load(spec: str, ctx: ProbeContext) -> Target:
     if spec == "torch-sdpa":
         sig, controls = inspect_controls(sdpa_paged_decode, CONTROLS)
         return Target(spec, NAME, sdpa_paged_decode, sig, controls)
+    if spec.endswith(":decode_attention_fwd"):
+        from probes.families.vllm_ops import load_decode
+
+        return load_decode(spec, ctx, CONTROLS, NAME)
     from probes.families._flashinfer import require_cuda
 
     require_cuda(ctx.device)

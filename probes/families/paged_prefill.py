@@ -2,7 +2,7 @@
 # its built-in targets (explicit torch reference, FlashInfer's BatchPrefill paged wrapper).
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
 
@@ -35,7 +35,7 @@ class TorchPagedPrefill:
 
 
 class FlashInferPagedPrefill:
-    __probe_declares__ = {"lse": "base-2/[T,H]", "lse_base": "2"}
+    __probe_declares__: ClassVar[dict[str, str]] = {"lse": "base-2/[T,H]", "lse_base": "2"}
 
     def __init__(self, device: str, backend: str = "fa2") -> None:
         from probes.families._flashinfer import import_flashinfer

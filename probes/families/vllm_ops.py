@@ -1,0 +1,179 @@
+# Adapters for the Triton attention ops of vLLM and of a vendor port (decode attention, merge of
+# attention states), loaded file-by-file from a source tree, with minimal documented import shims.
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from probes.base import ProbeContext, ProbeSkip, Target, inspect_controls
+
+# target name -> (which source tree, file inside it, callable)
+OPS = {
+    "vllm-triton:decode_attention_fwd": ("vllm", "vllm/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd"),
+    "port-triton:decode_attention_fwd": ("port", "vllm_metax/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd"),
+    "vllm-triton:merge_attn_states": ("vllm", "vllm/v1/attention/ops/triton_merge_attn_states.py", "merge_attn_states"),
+}
+DECODE_TARGETS = tuple(k for k in OPS if k.endswith("decode_attention_fwd"))
+MERGE_TARGETS = ("vllm-triton:merge_attn_states",)
+SHIMS_DOC = """\
+Import shims, installed only when `import vllm.triton_utils` / `vllm.platforms` fails in the probe
+process (each probe runs in its own process, so nothing leaks): `vllm.triton_utils` exposes the real
+`triton` and `triton.language as tl`; `vllm.platforms.current_platform` answers is_rocm()/is_out_of_tree()
+False and is_cuda() True, capability from torch; `vllm.logger.init_logger` is logging.getLogger.
+The op's own file is loaded by path: its kernels are the real code under test."""
+
+
+def _source_root(kind: str, ctx: ProbeContext) -> Path:
+    """Where the op's source tree lives: --option vllm_source=DIR / port_source=DIR, the env vars
+    METAX_AUDIT_VLLM_SOURCE / METAX_AUDIT_PORT_SOURCE, or an installed package."""
+    opt = ctx.options.get(f"{kind}_source") or os.environ.get(f"METAX_AUDIT_{kind.upper()}_SOURCE")
+    if opt:
+        return Path(opt)
+    from importlib.util import find_spec
+
+    pkg = "vllm" if kind == "vllm" else "vllm_metax"
+    try:
+        spec = find_spec(pkg)
+    except Exception:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise ProbeSkip(f"no {pkg} source: pass --option {kind}_source=DIR (the directory holding {pkg}/) or set METAX_AUDIT_{kind.upper()}_SOURCE")
+    return Path(next(iter(spec.submodule_search_locations))).parent
+
+
+def _install_shims(notes: list[str]) -> None:
+    try:
+        import vllm.platforms
+        import vllm.triton_utils  # noqa: F401
+        return
+    except Exception as exc:
+        notes.append(f"vllm not importable ({type(exc).__name__}: {str(exc)[:120]}); using import shims")
+    import torch
+    import triton
+    import triton.language as tl
+
+    class _Platform:
+        def is_rocm(self) -> bool:
+            return False
+
+        def is_out_of_tree(self) -> bool:
+            return False
+
+        def is_cuda(self) -> bool:
+            return True
+
+        def get_device_capability(self) -> Any:
+            return torch.cuda.get_device_capability()
+
+    def mod(name: str, **attrs: Any) -> types.ModuleType:
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        sys.modules[name] = m
+        return m
+
+    mod("vllm", __path__=[])
+    mod("vllm.triton_utils", triton=triton, tl=tl)
+    mod("vllm.platforms", current_platform=_Platform())
+    mod("vllm.logger", init_logger=logging.getLogger)
+
+
+def load_op(spec: str, ctx: ProbeContext) -> tuple[Any, tuple[str, ...]]:
+    kind, rel, name = OPS[spec]
+    root = _source_root(kind, ctx)
+    path = root / rel
+    if not path.is_file():
+        raise ProbeSkip(f"{spec}: {path} not found")
+    notes: list[str] = [f"loaded {name} from {path}", SHIMS_DOC.splitlines()[0]]
+    try:
+        import triton  # noqa: F401
+
+        _install_shims(notes)
+        from importlib import util as import_util
+
+        s = import_util.spec_from_file_location(f"_probe_op_{kind}_{path.stem}", path)
+        assert s is not None and s.loader is not None
+        module = import_util.module_from_spec(s)
+        sys.modules[s.name] = module
+        s.loader.exec_module(module)
+    except ProbeSkip:
+        raise
+    except Exception as exc:  # the import error is the result: a skip that says why
+        raise ProbeSkip(f"{spec}: import failed: {type(exc).__name__}: {str(exc)[:300]}") from exc
+    return getattr(module, name), tuple(notes)
+
+
+class TritonDecode:
+    """vLLM-style Triton decode (`decode_attention_fwd(q, k_buffer, v_buffer, o, lse, req_to_token,
+    b_seq_len, attn_logits, num_kv_splits, sm_scale, page_size, logit_cap, k_scale, v_scale)`) behind
+    the paged-decode convention. The op has no layout switch (its paged buffers are NHD), so
+    kv_layout is not offered and the layout probe is not checkable."""
+
+    def __init__(self, fn: Any, num_kv_splits: int = 8) -> None:
+        self._fn = fn
+        self._splits = num_kv_splits
+
+    def __call__(self, q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
+                 k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+        import torch
+
+        b, h, d = q.shape
+        dv = v_cache.shape[-1]
+        o = torch.empty(b, h, dv, dtype=q.dtype, device=q.device)
+        lse = torch.empty(b, h, dtype=torch.float32, device=q.device)
+        logits = torch.empty(b, h, self._splits, dv + 1, dtype=torch.float32, device=q.device)
+
+        def t(x: Any) -> Any:
+            if x is None or isinstance(x, torch.Tensor):
+                return x
+            return torch.tensor(float(x), dtype=torch.float32, device=q.device)
+
+        self._fn(q, k_cache, v_cache, o, lse, block_table, seq_lens, logits, self._splits, sm_scale, k_cache.shape[1], 0.0,
+                 t(k_scale), t(v_scale))
+        return (o, lse) if return_lse else o
+
+
+class TritonMerge:
+    """vLLM's `merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse,
+    output_lse)` (LSE [heads, tokens], written in place) behind the merge-states convention."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def __call__(self, v_a: Any, s_a: Any, v_b: Any, s_b: Any) -> tuple[Any, Any]:
+        import torch
+
+        out = torch.empty_like(v_a)
+        out_lse = torch.empty(v_a.shape[1], v_a.shape[0], dtype=torch.float32, device=v_a.device)
+        self._fn(out, v_a, s_a.float().T.contiguous(), v_b, s_b.float().T.contiguous(), out_lse)
+        return out, out_lse.T
+
+
+def load_decode(spec: str, ctx: ProbeContext, controls: tuple[str, ...], family: str) -> Target:
+    if not ctx.device.startswith("cuda"):
+        raise ProbeSkip(f"{spec} is a Triton kernel: needs a CUDA device (probe ran on {ctx.device})")
+    fn, notes = load_op(spec, ctx)
+    obj = TritonDecode(fn)
+    sig, accepted = inspect_controls(obj, controls)
+    return Target(spec, family, obj, sig, accepted, notes=(*notes, f"op signature: {spec.split(':')[1]}{_sig(fn)}"))
+
+
+def load_merge(spec: str, ctx: ProbeContext, family: str) -> Target:
+    if not ctx.device.startswith("cuda"):
+        raise ProbeSkip(f"{spec} is a Triton kernel: needs a CUDA device (probe ran on {ctx.device})")
+    fn, notes = load_op(spec, ctx)
+    obj = TritonMerge(fn)
+    sig, accepted = inspect_controls(obj, ())
+    return Target(spec, family, obj, sig, accepted, notes=(*notes, f"op signature: merge_attn_states{_sig(fn)}"))
+
+
+def _sig(fn: Any) -> str:
+    import inspect
+
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(<no signature>)"
