@@ -162,7 +162,8 @@ def _audit_snapshot(
     with run.stage("checks", progress) as notes:
         from metax_audit.checks import checks_for_review
 
-        found = list(checks_for_review(discovery, trace, facts, upstream_calls=_upstream_calls(upstream)))
+        up_calls = _upstream_calls(comparison, upstream, config)
+        found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls))
         run.findings += found
         notes.append(f"{len(found)} findings")
 
@@ -266,8 +267,22 @@ def _dataflow(discovery: Discovery, config: AuditConfig) -> tuple[list, list[Fin
     return check_dataflow(discovery.root, files, load_contracts(contracts_path), port_package=config.port_package)
 
 
-def _upstream_calls(upstream: UpstreamInfo | None) -> Sequence[CallSite]:
-    return ()
+def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig) -> Sequence[CallSite]:
+    """Call sites of the upstream counterparts, so a positional argument whose meaning moved
+    between upstream's call and the port's call of the same callee can be seen."""
+    if comparison is None or upstream is None or upstream.root is None:
+        return ()
+    from metax_audit.models import SourceFile
+    from metax_audit.trace import trace_backends
+
+    paths = sorted({f.upstream_path for f in comparison.files if f.upstream_path})
+    if not paths:
+        return ()
+    files = tuple(SourceFile(p, p[:-3].replace("/", "."), "counterpart") for p in paths if (upstream.root / p).is_file())
+    up_discovery = Discovery(root=upstream.root, port_package=config.upstream_package, files=files, registrations=(),
+                             priorities=(), switches=(), callers={})
+    up_config = replace(config, port_package=config.upstream_package)
+    return trace_backends(up_discovery, up_config, None).calls
 
 
 def _probes_for(trace: TraceResult, options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:

@@ -460,3 +460,15 @@ def test_a_name_upstream_does_not_define_is_unresolved_and_a_defined_one_is_not(
     result = _trace(tmp_path, {FI: body})
     assert one_call(result, "native_merge").resolved == "vllm._custom_ops.merge_attn_states"
     assert unresolved_texts(result)["vanished_op"] == "vanished_op is not defined in upstream vllm._custom_ops"
+
+
+def test_decorator_only_backend_is_traced_and_duplicates_are_not() -> None:
+    from metax_audit.models import Location, Registration
+    from metax_audit.trace.chain import _backend_registrations
+
+    call = Registration("attention-backend", "FLASHINFER", "p.fi.FiBackend", Location("p/platform.py", 3), True)
+    dup = Registration("decorator", "FLASHINFER", "p.fi.FiBackend", Location("p/fi.py", 9), True)
+    only = Registration("decorator", "CUSTOM", "p.custom.CustomBackend", Location("p/custom.py", 4), True)
+    op = Registration("custom-op", "sparse_indexer", "p.ops.Indexer", Location("p/ops.py", 1), True)
+    chosen = _backend_registrations((call, dup, only, op))
+    assert [(r.name, r.kind) for r in chosen] == [("FLASHINFER", "attention-backend"), ("CUSTOM", "attention-backend")]

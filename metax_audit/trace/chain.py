@@ -28,6 +28,21 @@ BUILDER_ENTRIES = ("__init__", "build", "build_for_cudagraph_capture")
 CAPTURE_ATTRS = ("_cudagraph_support", "cudagraph_support")
 
 
+def _backend_registrations(registrations: tuple[Registration, ...]) -> list[Registration]:
+    """Call registrations, plus `@register_backend` decorators that no call registration repeats.
+
+    The real port often has both for one backend (same class path); tracing it twice would
+    double every finding, while a decorator-only backend must still be traced.
+    """
+    chosen = [r for r in registrations if r.kind in BACKEND_KINDS]
+    seen = {(r.name, r.class_path) for r in chosen} | {r.name for r in chosen if r.kind == "attention-backend"}
+    for r in registrations:
+        if r.kind == "decorator" and (r.name, r.class_path) not in seen and r.name not in seen:
+            chosen.append(replace(r, kind="attention-backend"))
+            seen.add(r.name)
+    return chosen
+
+
 class _Tracer:
     def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None) -> None:
         self.discovery = discovery
@@ -227,14 +242,14 @@ class _Tracer:
     def run(self) -> TraceResult:
         self._files: set[str] = set()
         self._walked: set[str] = set()
-        chains = tuple(self.trace(reg) for reg in self.discovery.registrations if reg.kind in BACKEND_KINDS)
+        chains = tuple(self.trace(reg) for reg in _backend_registrations(self.discovery.registrations))
         scope_calls = self._scope_calls()
         all_calls: dict[tuple, CallSite] = {}
         for ch in chains:
             for c in ch.calls:
-                all_calls.setdefault((c.location.path, c.location.line, c.resolved), c)
+                all_calls.setdefault((c.location.path, c.location.line, c.callee_text, c.resolved), c)
         for c in scope_calls:
-            all_calls.setdefault((c.location.path, c.location.line, c.resolved), c)
+            all_calls.setdefault((c.location.path, c.location.line, c.callee_text, c.resolved), c)
         in_scope = {f.path for f in self.discovery.files}
         reached = tuple(sorted(p for p in self._files if p not in in_scope and p.startswith(self.config.port_package.split(".")[0].replace(".", "/"))))
         unresolved: dict[tuple, Unresolved] = {}
