@@ -54,9 +54,11 @@ class Convention:
     flag: Flag | None = None
     lse_result: int | None = None  # producer: index of the LSE in the returned tuple
     lse_out_param: str | None = None  # producer: keyword of a preallocated LSE buffer
+    lse_out_position: int | None = None  # producer: position of that buffer when passed positionally
     lse_params: dict[str, int] = field(default_factory=dict)  # consumer: name -> position
     returns_lse: dict[str, Any] | None = None  # consumer: {"flag": name?, "index": i}
     output_lse_param: str | None = None
+    scale_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {position, form: float|tensor}
     kv_layout: str = ""
     scale_form: str = ""
     probe_family: str | None = None
@@ -236,6 +238,11 @@ def _parse_convention(raw: Any, loc: Location) -> Convention:
     lse_result = raw.get("lse_result")
     if lse_result is not None and not isinstance(lse_result, int):
         raise ContractError(f"{where}: `lse_result` must be an integer")
+    scales = raw.get("scale_params") or {}
+    if not isinstance(scales, dict) or not all(
+        isinstance(v, dict) and v.get("form") in ("float", "tensor") and isinstance(v.get("position", -1), int) for v in scales.values()
+    ):
+        raise ContractError(f"{where}: `scale_params` must map names to {{position, form: float|tensor}}")
     return Convention(
         components=_as_tuple(_need(raw, "component", where), where, "component"),
         role=role,
@@ -245,9 +252,11 @@ def _parse_convention(raw: Any, loc: Location) -> Convention:
         flag=flag,
         lse_result=lse_result,
         lse_out_param=raw.get("lse_out_param"),
+        lse_out_position=raw.get("lse_out_position") if isinstance(raw.get("lse_out_position"), int) else None,
         lse_params={str(k): int(v) for k, v in params.items()},
         returns_lse=dict(returns) if returns else None,
         output_lse_param=raw.get("output_lse_param"),
+        scale_params={str(k): dict(v) for k, v in scales.items()},
         kv_layout=str(raw.get("kv_layout", "")),
         scale_form=str(raw.get("scale_form", "")),
         probe_family=probe.get("family"),

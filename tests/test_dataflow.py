@@ -264,3 +264,121 @@ def test_unpacking_an_lse_the_call_did_not_ask_for(tmp_path, contracts):
     assert [f.rule for f in findings] == ["MXA512"]
     assert "return_attn_probs not passed" in findings[0].message and "p_lse" in findings[0].location.symbol
     assert [f.consumer.arg for f in flows] == ["suffix_lse"]
+
+
+def test_runtime_bound_method_variants_and_annotated_wrappers(tmp_path, contracts):
+    # A method chosen at __init__ (`self._chunk = self._chunk_fi`) and a wrapper known only from
+    # a dataclass annotation (quoted, as a list) reached through metadata: both are followed.
+    flows, findings, _ = _run(tmp_path, contracts, """
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class PrefillMeta:
+        chunks: "list[PagedWrapper]" = field(default_factory=list)
+
+    class Impl:
+        def __init__(self, use_fi):
+            if use_fi:
+                self._chunk = self._chunk_fi
+            else:
+                self._chunk = self._chunk_fa
+
+        def _chunk_fi(self, meta, i, q, kv):
+            out, lse = meta.chunks[i].run(q, kv, return_lse=True)
+            if lse is None:
+                return out, None
+            return out, lse.transpose(0, 1).contiguous()
+
+        def _chunk_fa(self, meta, i, q, k, v):
+            out, lse, _ = varlen(q, k, v, return_attn_probs=True)
+            return out, lse
+
+        def forward(self, meta, q, kv, out, o2, lse2):
+            o1, lse1 = self._chunk(meta, 0, q, kv)
+            merge_attn_states(out, o1, lse1, o2, lse2)
+    """)
+    verdicts = sorted((f.producer.callee.rsplit(".", 2)[-2], f.verdict) for f in flows if f.consumer.location.symbol == "Impl.forward")
+    assert verdicts == [("PagedWrapper", "mismatch"), ("fakeattn", "match")]
+    (finding,) = findings
+    assert any("returned by Impl._chunk_fi" in e for e in finding.evidence)
+
+
+SCALE_CONTRACTS = CONTRACTS + '''
+```yaml
+convention:
+  component: "*.cache_insert"
+  role: consumer
+  lse_base: "none"
+  scale_params: {k_scale: {position: 3, form: tensor}, v_scale: {position: 4, form: tensor}}
+```
+'''
+
+
+def test_scale_form_and_swapped_scales(tmp_path):
+    c = parse_contracts(SCALE_CONTRACTS.replace(
+        "  lse_out_param: lse\n  probe: {family: paged-decode",
+        "  lse_out_param: lse\n  scale_params: {k_scale: {form: float}, v_scale: {form: float}}\n  probe: {family: paged-decode"))
+    _, findings, _ = _run(tmp_path, c, """
+    from fakeops import cache_insert
+
+    class Impl:
+        def __init__(self):
+            self.w = PagedWrapper(None)
+
+        def ok(self, layer, q, kv, k, v, slots):
+            cache_insert(k, v, slots, layer._k_scale, layer._v_scale)
+            self.w.run(q, kv, k_scale=layer._k_scale_float, v_scale=layer._v_scale_float)
+            cache_insert(k, v, slots, layer._k_scale, layer._k_scale)  # one shared scale (MLA): fine
+
+        def bad(self, layer, q, kv, k, v, slots):
+            cache_insert(k, v, slots, layer._k_scale_float, layer._v_scale)
+            self.w.run(q, kv, k_scale=layer._v_scale_float, v_scale=layer._k_scale_float)
+            self.w.run(q, kv, k_scale=layer._k_scale, v_scale=1.0)
+    """)
+    got = sorted((f.rule, f.location.symbol) for f in findings)
+    assert got == [
+        ("MXA513", "Impl.bad:k_scale"),  # a float into the cache op
+        ("MXA513", "Impl.bad:k_scale"),  # a tensor into the FlashInfer wrapper
+        ("MXA514", "Impl.bad:k_scale"),  # swapped
+    ]
+    assert all(f.category is Category.FP8_SCALE for f in findings)
+
+
+def test_dynamic_dispatch_and_positional_out_buffer(tmp_path):
+    # `self.impl.decode(...)` picks an impl class at run time: every port class defining the
+    # method is a candidate; one writes the LSE into a buffer passed by position.
+    c = parse_contracts(CONTRACTS + '''
+```yaml
+convention:
+  component: "*.triton_decode"
+  role: producer
+  lse_base: "e"
+  lse_layout: "[tokens, heads]"
+  lse_out_param: lse
+  lse_out_position: 2
+```
+''')
+    flows, findings, unresolved = _run(tmp_path, c, """
+    import torch
+    from fakeops import triton_decode
+
+    class TritonImpl:
+        def mqa_decode(self, q, kv):
+            lse = torch.empty(4, 8)
+            o = torch.empty_like(q)
+            triton_decode(q, kv, lse, o)
+            return o, lse
+
+    class InferImpl:
+        def mqa_decode(self, q, kv):
+            return PagedWrapper(None).run(q, kv, return_lse=True)
+
+    class Layer:
+        def forward(self, q, kv):
+            o, lse = self.impl.mqa_decode(q, kv)
+            return dcp_reduce(o, lse, None)
+    """)
+    got = sorted((f.producer.callee.rsplit(".", 1)[-1], f.verdict) for f in flows)
+    assert got == [("run", "mismatch"), ("triton_decode", "match")]
+    assert all(f.producer.via in ("import", "constructor") for f in flows)
+    assert unresolved == [] and [f.rule for f in findings] == ["MXA510"]

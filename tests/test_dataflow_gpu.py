@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+# FlashInfer 0.2.6 imports torch's pybind helpers that warn on newer torch: third-party noise.
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def _need_gpu_flashinfer():

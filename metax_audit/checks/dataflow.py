@@ -13,6 +13,7 @@ from pathlib import Path
 from metax_audit.contracts import Contracts, Convention
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Finding, Location, Severity, Unresolved
+from metax_audit.pysource import cached_parse
 
 # Hand-written on `ast` rather than a library: what is needed is a small, contract-driven walk
 # of function bodies (griffe gives structure, not statement-level value flow; no maintained
@@ -41,6 +42,25 @@ RULE_FLAG_OFF = rule(
     "return_softmax_lse) is true. Without it the unpacking fails or binds something that is not an "
     "LSE, which a later merge then weights with. Pass the flag, or record the vendor build's "
     "different behaviour in component-contracts.md.",
+)
+RULE_SCALE_FORM = rule(
+    "MXA513",
+    Category.FP8_SCALE,
+    Severity.WARNING,
+    "a KV scale is passed in the other form than the kernel's contract (Python float vs tensor)",
+    "FlashInfer 0.2.x wrappers take k_scale/v_scale as Python floats; vLLM's cache ops and Triton "
+    "kernels load one-element tensors. A tensor where a float is expected forces a device sync "
+    "(and breaks graph capture) or fails; a float where a tensor is expected fails or is ignored. "
+    "Pass the layer attribute of the right form (e.g. `_k_scale_float` vs `_k_scale`).",
+)
+RULE_SCALE_SWAP = rule(
+    "MXA514",
+    Category.FP8_SCALE,
+    Severity.ERROR,
+    "the K and V scales are swapped at a kernel call",
+    "The argument for the K scale is named after the V scale and the one for the V scale after "
+    "the K scale. With different K and V scales the dequantised attention is wrong. (One scale "
+    "passed for both, as MLA's single latent cache does, is not reported.)",
 )
 RULE_LAYOUT = rule(
     "MXA511",
@@ -141,6 +161,7 @@ class _Inst:
 _NEUTRAL = {"contiguous", "view", "reshape", "float", "to", "clone", "squeeze", "unsqueeze", "detach", "flatten",
             "view_as", "reshape_as", "type", "cuda", "narrow", "expand", "__getitem__"}
 _FLIPS = {"transpose", "t", "swapaxes", "swapdims"}
+_GENERIC_METHODS = {"forward", "run", "build", "plan", "apply", "call", "get", "update", "copy_", "to", "view"}
 _MAX_ALTS = 8  # alternatives kept per name; beyond this a path is dropped (rare in attention code)
 _LN2 = math.log(2)
 _LOG2E = 1 / math.log(2)
@@ -272,9 +293,8 @@ def _note_ctor(mod: _Module, node: ast.AST) -> None:
 
 def _load_module(root: Path, path: str) -> _Module | None:
     try:
-        src = (root / path).read_text(encoding="utf-8")
-        tree = ast.parse(src, filename=path)
-    except (OSError, SyntaxError, UnicodeDecodeError):
+        src, tree = cached_parse(root / path)  # shared, read-only tree
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     module = _module_name(path)
     imports: dict[str, str] = {}
@@ -331,7 +351,7 @@ class _Result:
     flows: dict[tuple[str, str, str, str], LseFlow] = field(default_factory=dict)
     unresolved: dict[tuple[str, int, str], Unresolved] = field(default_factory=dict)
     untraced: set[tuple[str, int, str]] = field(default_factory=set)  # (path, line, param) seen untraced
-    findings: dict[tuple[str, int], Finding] = field(default_factory=dict)  # findings that are not flows
+    findings: dict[tuple[str, int, str], Finding] = field(default_factory=dict)  # findings that are not flows
 
     def add_unresolved(self, loc: Location, text: str, reason: str) -> None:
         self.unresolved.setdefault((loc.path, loc.line, text), Unresolved(loc, text, reason))
@@ -409,6 +429,7 @@ class _Walker:
             if not out:
                 if found := self._by_name(node.attr):
                     return found
+                out.extend(self.ctx.implementations(node.attr))
                 # Unknown object: keep the method name so interface contracts (`*.run_x`) still apply.
                 out.append(_Fn(f"<{_text(node.value, self.mod.lines)}>.{node.attr}", via="method-name"))
             return out
@@ -790,6 +811,8 @@ class _Walker:
         if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.Return) and isinstance(stmt.value, ast.Call):
             value_calls.add(id(stmt.value))  # evaluated (with its effects) by eval()
         for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                self.scales(sub)
             if not isinstance(sub, ast.Call) or id(sub) in value_calls:
                 continue
             cands = self.callees(sub)
@@ -801,7 +824,7 @@ class _Walker:
                         if cv is not None and cv.lse_base != "none":
                             self.consume(sub, cv, c, stmt, want_result=False)
                     continue
-                if conv.lse_out_param:
+                if conv.lse_out_param or conv.lse_out_position is not None:
                     self.out_param(sub, conv, cand)
                 continue
             helpers = self.ctx.helpers_for(self, cands)
@@ -820,11 +843,22 @@ class _Walker:
         # Producer out-buffers written by a call whose value is assigned.
         if isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(stmt.value, ast.Call):
             conv, cand = self.ctx.match(self.callees(stmt.value))
-            if conv is not None and cand is not None and conv.role == "producer" and conv.lse_out_param:
+            if conv is not None and cand is not None and conv.role == "producer" and (conv.lse_out_param or conv.lse_out_position is not None):
                 self.out_param(stmt.value, conv, cand)
+
+    def scales(self, call: ast.Call) -> None:
+        """Compare k/v scale arguments with the callee's contract: form and k/v crossing."""
+        for cand in self.callees(call):
+            conv = self.ctx.contracts.convention_for(cand.dotted)
+            if conv is not None and conv.scale_params:
+                self.ctx.check_scales(self, call, conv, cand)
+                return
 
     def out_param(self, call: ast.Call, conv: Convention, cand: _Fn) -> None:
         out = next((k.value for k in call.keywords if k.arg == conv.lse_out_param), None)
+        pos = conv.lse_out_position
+        if out is None and pos is not None and pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
+            out = call.args[pos]
         if not isinstance(out, ast.Name):
             return
         end = FlowEnd(cand.dotted, self.loc(call), conv.lse_base, conv.lse_layout, via=cand.via, convention=str(conv.location))
@@ -870,8 +904,12 @@ class _Analysis:
         self.root, self.contracts, self.port = root, contracts, port_package
         self.res = _Result()
         self._mods: dict[str, _Module | None] = {}
-        tails = {p.rsplit(".", 1)[-1].strip("*").lower() for c in contracts.conventions if c.role == "consumer" for p in c.components}
-        self.filter_words = tuple(sorted({"lse", *(t for t in tails if len(t) > 3)}))
+        self._impl_cache: dict[str, list[_Fn]] = {}
+        self._ctor_cache: dict[str, str | None] = {}
+        tails = {p.rsplit(".", 1)[-1].strip("*").lower() for c in contracts.conventions
+                 if c.role == "consumer" or c.scale_params for p in c.components}
+        scale_words = {n.lower() for c in contracts.conventions for n in c.scale_params if len(n) > 5}
+        self.filter_words = tuple(sorted({"lse", *scale_words, *(t for t in tails if len(t) > 3)}))
 
     def module(self, path: str) -> _Module | None:
         if path not in self._mods:
@@ -915,13 +953,69 @@ class _Analysis:
             break
         return None
 
+    def check_scales(self, w: _Walker, call: ast.Call, conv: Convention, cand: _Fn) -> None:
+        args: dict[str, ast.expr] = {}
+        for pname, spec in conv.scale_params.items():
+            arg = next((k.value for k in call.keywords if k.arg == pname), None)
+            pos = spec.get("position")
+            if arg is None and isinstance(pos, int) and pos < len(call.args) and not any(
+                isinstance(a, ast.Starred) for a in call.args[: pos + 1]
+            ):
+                arg = call.args[pos]
+            if arg is None:
+                continue
+            args[pname] = arg
+            form = _scale_form(arg)
+            if form is not None and form != spec["form"]:
+                text = _text(arg, w.mod.lines)
+                self.res.findings.setdefault((w.mod.path, call.lineno, pname), make_finding(
+                    RULE_SCALE_FORM.id, Location(w.mod.path, call.lineno, f"{w.qualname}:{pname}"),
+                    f"{_short(cand.dotted)}({pname}={text}) passes a {form} where the contract takes a {spec['form']}",
+                    [f"{w.mod.path}:{call.lineno}: {w.line_text(call)}",
+                     f"`{text}` reads as a {form} ({_FORM_WHY[form]})",
+                     f"contract {conv.location}: {pname} is a {spec['form']} ({conv.scale_form})",
+                     *([f"confirm: metax-audit probe --target {conv.probe_target} --family {conv.probe_family} --probes fp8-scale"]
+                       if conv.probe_target and conv.probe_family else [])],
+                ))
+        k, v = args.get("k_scale"), args.get("v_scale")
+        if k is not None and v is not None:
+            kt, vt = _text(k, w.mod.lines).lower(), _text(v, w.mod.lines).lower()
+            if "v_scale" in kt and "k_scale" not in kt and "k_scale" in vt and "v_scale" not in vt:
+                self.res.findings.setdefault((w.mod.path, call.lineno, "swap"), make_finding(
+                    RULE_SCALE_SWAP.id, Location(w.mod.path, call.lineno, f"{w.qualname}:k_scale"),
+                    f"{_short(cand.dotted)} gets k_scale={_text(k, w.mod.lines)} and v_scale={_text(v, w.mod.lines)}",
+                    [f"{w.mod.path}:{call.lineno}: {w.line_text(call)}",
+                     f"contract {conv.location}: k_scale scales the keys (logits), v_scale the values (output)",
+                     *([f"confirm: metax-audit probe --target {conv.probe_target} --family {conv.probe_family} --probes fp8-scale"]
+                       if conv.probe_target and conv.probe_family else [])],
+                ))
+
+    def implementations(self, method: str) -> list[_Fn]:
+        """Port classes in scope defining `method`: the candidates of a call on an object whose
+        class is chosen at run time (`self.impl.forward_mqa(...)`). Generic names and methods
+        with many implementations are left alone: following them would guess, not resolve."""
+        if method.startswith("__") or method in _GENERIC_METHODS:
+            return []
+        if method in self._impl_cache:
+            return self._impl_cache[method]
+        found = [
+            _Fn(f"{mod.module}.{cname}.{method}", via="dynamic-dispatch")
+            for mod in self._mods.values() if mod is not None
+            for cname, cls in mod.classes.items()
+            if any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == method for m in cls.body)
+        ]
+        self._impl_cache[method] = sorted(found, key=lambda f: f.dotted) if 0 < len(found) <= _MAX_ALTS else []
+        return self._impl_cache[method]
+
     def global_ctor(self, name: str) -> str | None:
         """A wrapper class known for an attribute name anywhere in the scope (constructor or annotation)."""
-        found: set[str] = set()
-        for mod in self._mods.values():
-            if mod is not None:
-                found |= mod.ctor_names.get(name.lstrip("_"), set())
-        return next(iter(found)) if len(found) == 1 else None
+        if name not in self._ctor_cache:  # valid once every module is loaded (check_dataflow preloads)
+            found: set[str] = set()
+            for mod in self._mods.values():
+                if mod is not None:
+                    found |= mod.ctor_names.get(name.lstrip("_"), set())
+            self._ctor_cache[name] = next(iter(found)) if len(found) == 1 else None
+        return self._ctor_cache[name]
 
     def flag_off(self, w: _Walker, call: ast.Call, conv: Convention, cand: _Fn, stmt: ast.stmt, text: str | None) -> None:
         """The result is unpacked as if it held the LSE, but the call does not ask for it."""
@@ -933,7 +1027,7 @@ class _Analysis:
         lse_name = _text(target.elts[conv.lse_result], w.mod.lines)
         switch = f"{conv.flag.name}={text}" if text is not None else f"{conv.flag.name} not passed (default {conv.flag.default})"
         loc = Location(w.mod.path, call.lineno, f"{w.qualname}:{lse_name}")
-        self.res.findings.setdefault((w.mod.path, call.lineno), make_finding(
+        self.res.findings.setdefault((w.mod.path, call.lineno, "flag-off"), make_finding(
             RULE_FLAG_OFF.id, loc,
             f"{cand.dotted.rsplit('.', 1)[-1]}(...) is unpacked into `{_text(target, w.mod.lines)}` as if it returned the LSE, "
             f"but {switch}: by its contract it then returns only the output",
@@ -984,6 +1078,32 @@ def _relevant(mod: _Module, fn: ast.FunctionDef | ast.AsyncFunctionDef, words: t
     flow of its own (helpers it calls are still entered from the callers that need them)."""
     text = "\n".join(mod.lines[fn.lineno - 1 : fn.end_lineno]).lower()
     return any(w in text for w in words)
+
+
+_FORM_WHY = {
+    "float": "a number literal, float(...), .item() or a name ending in _float",
+    "tensor": "a layer scale attribute without _float, or a torch tensor constructor",
+}
+
+
+def _scale_form(arg: ast.expr) -> str | None:
+    """float | tensor | None (cannot tell) for a scale argument, from how it is written."""
+    if isinstance(arg, ast.Constant):
+        return "float" if isinstance(arg.value, int | float) and not isinstance(arg.value, bool) else None
+    if isinstance(arg, ast.Call):
+        f = arg.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        if name in ("float", "item"):
+            return "float"
+        if name in ("tensor", "ones", "full", "as_tensor", "empty", "zeros"):
+            return "tensor"
+        return None
+    name = arg.attr if isinstance(arg, ast.Attribute) else arg.id if isinstance(arg, ast.Name) else ""
+    if name.endswith("_float"):
+        return "float"
+    if re.search(r"(^|_)(k|v|kv|q)?_?scale$", name) and isinstance(arg, ast.Attribute):
+        return "tensor"  # a layer's scale attribute (`layer._k_scale`) is a tensor by convention
+    return None
 
 
 def _walk_all(an: _Analysis, mod: _Module) -> None:
@@ -1038,9 +1158,10 @@ def check_dataflow(
     a finding per mismatched flow and the values the walk could not follow.
     """
     an = _Analysis(Path(root), contracts, port_package)
-    for path in sorted(set(files)):
-        if not path.endswith(".py"):
-            continue
+    paths = sorted(p for p in set(files) if p.endswith(".py"))
+    for path in paths:  # load everything first: name-based fallbacks must not depend on file order
+        an.module(path)
+    for path in paths:
         mod = an.module(path)
         if mod is None:
             an.res.add_unresolved(Location(path), path, "file could not be parsed; its flows were not followed")
