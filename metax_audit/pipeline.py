@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -77,6 +77,7 @@ class ReviewResult:
 
 def review(options: ReviewOptions, progress: Progress | None = None, *, generate_waivers: bool = False) -> ReviewResult:
     from metax_audit import snapshot as snapshot_mod
+    from metax_audit.pysource import relaxed_gc
 
     progress = progress or QuietProgress()
     started = time.perf_counter()
@@ -93,7 +94,8 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
                 snap = replace(snap, notes=(*snap.notes, mode_note))
             run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
                                           f"{snap.mode} {snap.label}, {snap.files} files"))
-            report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
+            with relaxed_gc():  # hundreds of live syntax trees: see pysource.relaxed_gc
+                report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
     finally:
         progress.done()
     return ReviewResult(report, waivers_text)
@@ -146,7 +148,7 @@ def _audit_snapshot(
         notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
 
     static_roots = (snap.root, *((upstream.root,) if upstream and upstream.root else ()), *options.static_roots)
-    facts = _introspect(discovery, trace, config, replace(options, static_roots=static_roots), run, progress)
+    collect_facts = _introspect(discovery, trace, config, replace(options, static_roots=static_roots), run, progress)
 
     comparison: Comparison | None = None
     if upstream is not None:
@@ -163,6 +165,7 @@ def _audit_snapshot(
         from metax_audit.checks import checks_for_review
 
         up_calls = _upstream_calls(comparison, upstream, config)
+        facts = collect_facts()
         found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls))
         run.findings += found
         notes.append(f"{len(found)} findings")
@@ -231,28 +234,53 @@ def _installed_upstream_available(config: AuditConfig) -> bool:
 
 def _introspect(
     discovery: Discovery, trace: TraceResult, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress
-) -> StackFacts | None:
+) -> Callable[[], StackFacts | None]:
+    """Start introspection; returns the function that waits for its facts and records the stage.
+
+    The worker is a subprocess on a core of its own, so compare and the upstream trace run while it
+    imports the stack; the thread here only waits on its pipe. Facts of an unchanged stack come
+    from the on-disk cache (not with --extra-path stub stacks, which are for tests and the demo)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from metax_audit import introspect as introspect_mod
 
     targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules)
     if options.stack is not None:
         with run.stage("introspect", progress, f"manifest {options.stack}") as notes:
-            facts = introspect_mod.load_manifest(options.stack)
-            notes.append(f"{len(facts.facts)} callables from manifest captured {facts.captured_at} on {facts.host}")
-            return facts
+            manifest = introspect_mod.load_manifest(options.stack)
+            notes.append(f"{len(manifest.facts)} callables from manifest captured {manifest.captured_at} on {manifest.host}")
+        return lambda: manifest
     if not targets:
         run.skipped("introspect", "the trace reached no external kernel entry point")
-        return None
-    with run.stage("introspect", progress, f"{len(targets)} entry points") as notes:
+        return lambda: None
+    progress.stage("introspect", f"{len(targets)} entry points")
+    index, started = len(run.stages), time.perf_counter()
+
+    def work() -> tuple[StackFacts, float]:
         # The port is read from the snapshot, never imported: an installed copy is not what is under review.
         facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
                                           extra_path=options.extra_path, static_roots=options.static_roots,
-                                          never_import=(config.port_package,))
+                                          never_import=(config.port_package,), cache=not options.extra_path)
+        return facts, time.perf_counter() - started
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metax-audit-introspect")
+    future = pool.submit(work)
+    pool.shutdown(wait=False)
+
+    def collect() -> StackFacts | None:
+        waiting = time.perf_counter()
+        facts, seconds = future.result()  # re-raises the worker's IntrospectError here
         by_status: dict[str, int] = {}
         for fact in facts.facts.values():
             by_status[fact.status] = by_status.get(fact.status, 0) + 1
-        notes.append(", ".join(f"{v} {k}" for k, v in sorted(by_status.items())))
+        notes = [", ".join(f"{v} {k}" for k, v in sorted(by_status.items()))]
+        if facts.source == "import:cache":
+            notes.append(f"facts from the stack cache (captured {facts.captured_at})")
+        notes.append(f"ran alongside compare, waited {time.perf_counter() - waiting:.2f} s for it")
+        run.stages.insert(index, StageRecord("introspect", True, round(seconds, 3), "; ".join(notes)))
         return facts
+
+    return collect
 
 
 def _dataflow(discovery: Discovery, config: AuditConfig) -> tuple[list, list[Finding], list]:
@@ -386,7 +414,9 @@ def evidence(*, python: str | None, save: Path | None, capture_stack: Path | Non
 
 
 def default_contracts_path() -> Path:
-    return Path(__file__).resolve().parent.parent / "component-contracts.md"
+    """The project's contracts: shipped inside the package (a link to the top-level file in a
+    checkout, a copy in a wheel)."""
+    return Path(__file__).parent / "component-contracts.md"
 
 
 def contracts(*, path: Path | None, check: bool, python: str | None) -> tuple[object, list]:

@@ -74,3 +74,11 @@ def test_repo_without_the_port_package_is_exit_2(tmp_path: Path) -> None:
     subprocess.run(["git", "-C", str(tmp_path), "add", "a.py"], check=True)
     r = runner.invoke(app, ["review", "--staged", "--repo", str(tmp_path), "--output-dir", str(tmp_path / "out")])
     assert r.exit_code == 2 and "port package 'vllm_metax' not found" in r.output
+
+
+def test_contracts_ship_inside_the_package() -> None:
+    from metax_audit.pipeline import default_contracts_path
+
+    path = default_contracts_path()
+    assert path.is_file(), "metax_audit/component-contracts.md must exist (a link to the top-level file)"
+    assert "observation" in path.read_text(encoding="utf-8")
