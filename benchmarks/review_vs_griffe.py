@@ -2,9 +2,12 @@
 # the same run (DESIGN.md's target: no slower than griffe, peak memory under 500 MB).
 """Usage: python benchmarks/review_vs_griffe.py PORT_REPO --upstream DIR [--rev master] [--old v0.22.0] [--repeat 3]
 
-Runs each command `--repeat` times in a subprocess, reports median wall time, the ratio
-review/griffe and the peak RSS of the review process (ru_maxrss of the child). Nothing is cached
-between repeats except what the tools cache themselves (the upstream sources are passed as a directory).
+Runs each command `--repeat` times in a subprocess and reports median wall time, the ratios
+review/griffe and two peak RSS figures: the review process itself, and the largest process of its
+tree (the introspection worker, which imports the kernel stack and torch). The review runs twice
+over: "cold", each repeat with an empty METAX_AUDIT_CACHE (the stack facts are captured again),
+and "warm", with a cache primed by one unmeasured run. The upstream sources are passed as a
+directory, so neither needs a download.
 """
 
 from __future__ import annotations
@@ -36,25 +39,47 @@ def main() -> int:
     if args.python:
         review += ["--python", args.python]
     griffe = [shutil.which("griffe") or "griffe", "check", args.package, "-a", args.old, "-b", args.rev]
+    # The review runs in-process under a tiny wrapper so its own ru_maxrss can be read at exit;
+    # RUSAGE_CHILDREN of the probe then gives the largest process of the whole tree.
+    wrapped = [sys.executable, "-c",
+               "import resource,runpy,sys\n"
+               "sys.argv=['metax-audit',*sys.argv[1:]]\n"
+               "try:\n runpy.run_module('metax_audit',run_name='__main__')\n"
+               "finally:\n sys.stderr.write('MXA_SELF_RSS %d\\n'%resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n",
+               *review[3:]]
+    warm_cache = tempfile.mkdtemp(prefix="mxa-bench-cache-")
+    subprocess.run(wrapped, cwd=args.repo, capture_output=True, env={**os.environ, "CI": "1", "METAX_AUDIT_CACHE": warm_cache})
     rows = {}
-    for name, cmd in (("griffe", griffe), ("review", review)):
-        walls, peaks, codes = [], [], []
+    for name, cmd in (("griffe", griffe), ("review_cold", wrapped), ("review_warm", wrapped)):
+        walls, peaks, selfs, codes = [], [], [], []
         for _ in range(args.repeat):
-            # ru_maxrss of children is a high-water mark over all children: measure each tool in
-            # a fresh interpreter so the review's figure is its own.
+            cache = tempfile.mkdtemp(prefix="mxa-bench-cold-") if name == "review_cold" else warm_cache
+            # ru_maxrss of children is a high-water mark over all children: measure each run in
+            # a fresh interpreter so each figure is its own.
             probe = subprocess.run(
                 [sys.executable, "-c",
                  "import resource,subprocess,sys,time,json;t=time.perf_counter();"
-                 "r=subprocess.run(sys.argv[2:],cwd=sys.argv[1],capture_output=True);"
-                 "print(json.dumps([time.perf_counter()-t,r.returncode,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))",
-                 args.repo, *cmd], capture_output=True, text=True, env={**os.environ, "CI": "1"})
-            wall, code, peak = json.loads(probe.stdout)
+                 "r=subprocess.run(sys.argv[2:],cwd=sys.argv[1],capture_output=True,text=True);"
+                 "w=time.perf_counter()-t;"
+                 "s=[int(x.split()[1]) for x in r.stderr.splitlines() if x.startswith('MXA_SELF_RSS ')];"
+                 "print(json.dumps([w,r.returncode,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,s[0] if s else None]))",
+                 args.repo, *cmd], capture_output=True, text=True,
+                env={**os.environ, "CI": "1", "METAX_AUDIT_CACHE": cache})
+            wall, code, peak, own = json.loads(probe.stdout)
             walls.append(wall)
             peaks.append(peak)
             codes.append(code)
+            if own is not None:
+                selfs.append(own)
+            if name == "review_cold":
+                shutil.rmtree(cache, ignore_errors=True)
         rows[name] = {"median_s": round(statistics.median(walls), 3), "runs_s": [round(w, 3) for w in walls],
-                      "peak_rss_mb": round(max(peaks) / 1024, 1), "exit_codes": codes}
-    rows["ratio_review_over_griffe"] = round(rows["review"]["median_s"] / rows["griffe"]["median_s"], 2)
+                      "peak_rss_mb_largest_process": round(max(peaks) / 1024, 1), "exit_codes": codes}
+        if selfs:
+            rows[name]["peak_rss_mb_review_process"] = round(max(selfs) / 1024, 1)
+    for name in ("review_cold", "review_warm"):
+        rows[f"ratio_{name}_over_griffe"] = round(rows[name]["median_s"] / rows["griffe"]["median_s"], 2)
+    shutil.rmtree(warm_cache, ignore_errors=True)
     rows["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     print(json.dumps(rows, indent=2))
     shutil.rmtree(out, ignore_errors=True)

@@ -81,12 +81,15 @@ def render_contracts(contracts: Any, checks: Sequence[Any], as_json: bool) -> No
     if as_json:
         print(json.dumps(data, indent=2, sort_keys=True, default=str))
         return
-    t = Table(title="observations", show_edge=False)
-    for col in ("id", "component", "version", "device", "claim", "probe", "status"):
-        t.add_column(col)
     for obs in data.get("observations", []):
-        t.add_row(*(str(obs.get(k, "")) for k in ("id", "component", "version", "device", "claim", "probe", "status")))
-    _console.print(t)
+        status = obs.get("status", "")
+        _console.print(f"[bold]{obs.get('id', '')}[/bold] {status} {obs.get('component', '')} "
+                       f"{obs.get('version', '')} on {obs.get('device', '')}", highlight=False)
+        _console.print(f"    claim: {obs.get('claim', '')}", markup=False, highlight=False)
+        _console.print(f"    probe: {obs.get('probe', '')}", markup=False, highlight=False)
+        for key in ("reason", "result"):
+            if obs.get(key):
+                _console.print(f"    {key}: {obs[key]}", markup=False, highlight=False)
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

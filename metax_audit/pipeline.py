@@ -268,7 +268,6 @@ def _introspect(
     pool.shutdown(wait=False)
 
     def collect() -> StackFacts | None:
-        waiting = time.perf_counter()
         facts, seconds = future.result()  # re-raises the worker's IntrospectError here
         by_status: dict[str, int] = {}
         for fact in facts.facts.values():
@@ -276,7 +275,7 @@ def _introspect(
         notes = [", ".join(f"{v} {k}" for k, v in sorted(by_status.items()))]
         if facts.source == "import:cache":
             notes.append(f"facts from the stack cache (captured {facts.captured_at})")
-        notes.append(f"ran alongside compare, waited {time.perf_counter() - waiting:.2f} s for it")
+        notes.append("ran alongside compare")  # its seconds overlap the next stages
         run.stages.insert(index, StageRecord("introspect", True, round(seconds, 3), "; ".join(notes)))
         return facts
 
@@ -375,9 +374,9 @@ def probe(*, backend: str | None, target: str | None, family: str | None, probes
     from metax_audit import evidence as evidence_mod
     from metax_audit import probing
 
-    pairs = [(target, family)] if target else probing.backend_targets(backend or "")
+    pairs = [(target, family or "")] if target else probing.backend_targets(backend or "")
     if not pairs:
-        raise AuditError(f"no probe targets known for backend {backend!r} (known: {', '.join(probing.KNOWN_BACKENDS)})")
+        raise AuditError(f"no probe targets known for backend {backend!r}")
     results: list[ProbeResult] = []
     for tgt, fam in pairs:
         results += probing.run_probes(target=tgt, family=fam, probes=probes, device=device, timeout=timeout, python=python)

@@ -46,6 +46,21 @@ APPLIES: dict[str, tuple[str, ...]] = {
     "dcp-local-seq-lens": ("dcp",),
 }
 
+
+
+def applicable(family: str) -> tuple[str, ...]:
+    """The probes that apply to a family: the built-in table, else what the probe modules declare
+    (an add-on family such as h2o-scores)."""
+    if family in APPLIES:
+        return APPLIES[family]
+    try:
+        from probes.registry import registry
+
+        return tuple(n for n, p in registry().probes.items() if family in p.families)
+    except Exception:
+        return ()
+
+
 _BACKENDS: dict[str, list[tuple[str, str]]] = {
     "flashinfer": [
         ("flashinfer:BatchDecodeWithPagedKVCacheWrapper", "paged-decode"),
@@ -133,7 +148,7 @@ def run_probes(
     unknown = [p for p in probes if p not in PROBES]
     if unknown:
         raise ProbeError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBES)}")
-    chosen = list(probes) or list(APPLIES.get(fam, ()))
+    chosen = list(probes) or list(applicable(fam))
     env = {"PYTHONPATH": os.pathsep.join([str(_PROBES_ROOT), *map(str, extra_path), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "PYTHONUNBUFFERED": "1"}
     results = []
@@ -142,7 +157,7 @@ def run_probes(
         for k, v in (options or {}).items():
             args += ["--option", f"{k}={v}"]
         done = run_subprocess(args, env=env, timeout=timeout)
-        results.append(_parse(done, probe, fam, target, timeout))
+        results.append(_parse(done, probe, fam, target, timeout, options or {}))
     return results
 
 
@@ -162,8 +177,8 @@ def _families_by_target() -> dict[str, set[str]]:
     return out
 
 
-def _parse(done: Any, probe: str, family: str, target: str, timeout: float) -> ProbeResult:
-    rerun = f"python -m probes run --probe {probe} --family {family} --target {target}"
+def _parse(done: Any, probe: str, family: str, target: str, timeout: float, options: Mapping[str, str]) -> ProbeResult:
+    rerun = f"python -m probes run --probe {probe} --family {family} --target {target}" + "".join(f" --option {k}={v}" for k, v in options.items())
     if done.timed_out:
         return ProbeResult(probe, family, target, "error", skipped_reason=f"timed out after {timeout:g}s (hung kernel or JIT build)",
                            details={"stderr_tail": done.stderr[-2000:], "rerun": rerun, "category": _category_name(probe)})
@@ -310,6 +325,19 @@ def results_json(results: Sequence[ProbeResult], environment: Mapping[str, Any] 
         for r in results]}
 
 
+def write_probe_reports(results: Sequence[ProbeResult], environment: Mapping[str, Any], output_dir: Path) -> list[Path]:
+    """probes.json + probes.md + environment.json under output_dir (the `probe` command's outputs)."""
+    from metax_audit.evidence import save_environment
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    env_path = save_environment(environment, output_dir / "environment.json")
+    json_path = output_dir / "probes.json"
+    json_path.write_text(json.dumps(results_json(results, environment), indent=2, default=str) + "\n")
+    md_path = output_dir / "probes.md"
+    md_path.write_text(render_markdown(results, environment, title="metax-audit probe report") + "\n")
+    return [md_path, json_path, env_path]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Device entry point without typer: `python -m metax_audit.probing --backend flashinfer --out DIR`."""
     import argparse
@@ -335,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tgt, fam, probe, *rest = spec.split("|")
         jobs.append((tgt, fam, probe, dict(kv.split("=", 1) for kv in (rest[0].split(";") if rest and rest[0] else []))))
     for tgt, fam in pairs:
-        jobs += [(tgt, fam, p, {}) for p in (wanted or APPLIES.get(fam, ())) if p in APPLIES.get(fam, ())]
+        jobs += [(tgt, fam, p, {}) for p in (wanted or applicable(fam)) if p in applicable(fam)]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     env = collect_environment(packages=("torch", "triton", "flashinfer-python", "flashinfer", "vllm", "flash-attn"))

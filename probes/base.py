@@ -90,8 +90,11 @@ class ProbeOutcome:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProbeOutcome:
+        def num(v: Any) -> Any:
+            return float(v) if isinstance(v, str) else v  # "inf" as written by to_json
+
         cases = tuple(
-            CaseResult(**{**c, "errors": {k: HypothesisError(**v) for k, v in c.get("errors", {}).items()}})
+            CaseResult(**{**c, "errors": {k: HypothesisError(**{f: num(x) for f, x in v.items()}) for k, v in c.get("errors", {}).items()}})
             for c in data.get("cases", ())
         )
         known = {f for f in cls.__dataclass_fields__}

@@ -139,7 +139,7 @@ def test_triton_op_adapter_skips_with_the_import_error(tmp_path) -> None:
     ops.mkdir(parents=True)
     (ops / "triton_merge_attn_states.py").write_text("import no_such_module_for_probe_test\n")
     ctx = ProbeContext(device="cuda", options={"vllm_source": str(tmp_path)})
-    with pytest.raises(ProbeSkip, match="import failed|no_such_module|triton"):
+    with pytest.raises(ProbeSkip, match=r"import failed: ModuleNotFoundError"):
         load_op("vllm-triton:merge_attn_states", ctx)
     with pytest.raises(ProbeSkip, match="not found"):
         load_op("vllm-triton:decode_attention_fwd", ctx)

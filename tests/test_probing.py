@@ -122,3 +122,11 @@ def test_markdown_report_lists_every_result() -> None:
     rs = [from_outcome(_outcome("mismatch", "base-2/[T,H]")), ProbeResult("dcp", "merge-states", "m", "skipped", skipped_reason="needs CUDA")]
     md = render_markdown(rs, {"gpu": "NVIDIA H200", "packages": {"flashinfer-python": {"version": "0.2.6.post1"}}})
     assert "| lse | paged-decode |" in md and "**mismatch**" in md and "needs CUDA" in md and "0.2.6.post1" in md
+
+
+def test_applicable_probes_per_family() -> None:
+    from metax_audit.probing import applicable
+
+    assert "graph-capture" in applicable("paged-decode") and "query-count" not in applicable("paged-decode")
+    assert applicable("merge-states") == ("lse", "dcp")
+    assert applicable("no-such-family") == ()

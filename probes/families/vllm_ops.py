@@ -23,7 +23,7 @@ SHIMS_DOC = """\
 Import shims, installed only when `import vllm.triton_utils` / `vllm.platforms` fails in the probe
 process (each probe runs in its own process, so nothing leaks): `vllm.triton_utils` exposes the real
 `triton` and `triton.language as tl`; `vllm.platforms.current_platform` answers is_rocm()/is_out_of_tree()
-False and is_cuda() True, capability from torch; `vllm.logger.init_logger` is logging.getLogger.
+False, is_cuda() True, fp8_dtype() float8_e4m3fn, capability from torch; `vllm.logger.init_logger` is logging.getLogger.
 The op's own file is loaded by path: its kernels are the real code under test."""
 
 
@@ -68,6 +68,9 @@ def _install_shims(notes: list[str]) -> None:
 
         def get_device_capability(self) -> Any:
             return torch.cuda.get_device_capability()
+
+        def fp8_dtype(self) -> Any:
+            return torch.float8_e4m3fn
 
     def mod(name: str, **attrs: Any) -> types.ModuleType:
         m = types.ModuleType(name)
@@ -115,20 +118,28 @@ class TritonDecode:
     def __init__(self, fn: Any, num_kv_splits: int = 8) -> None:
         self._fn = fn
         self._splits = num_kv_splits
+        self._ones: dict[str, Any] = {}  # unit scales as device tensors, made outside any graph capture
 
     def __call__(self, q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
                  k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
         import torch
 
-        b, h, d = q.shape
+        b, h, _d = q.shape
         dv = v_cache.shape[-1]
         o = torch.empty(b, h, dv, dtype=q.dtype, device=q.device)
         lse = torch.empty(b, h, dtype=torch.float32, device=q.device)
         logits = torch.empty(b, h, self._splits, dv + 1, dtype=torch.float32, device=q.device)
 
         def t(x: Any) -> Any:
-            if x is None or isinstance(x, torch.Tensor):
+            # vLLM passes the layer's scale tensors; the op itself makes host->device copies
+            # for None, which a CUDA graph cannot capture, so the adapter passes tensors too
+            if isinstance(x, torch.Tensor):
                 return x
+            if x is None:
+                key = str(q.device)
+                if key not in self._ones:
+                    self._ones[key] = torch.ones((), dtype=torch.float32, device=q.device)
+                return self._ones[key]
             return torch.tensor(float(x), dtype=torch.float32, device=q.device)
 
         self._fn(q, k_cache, v_cache, o, lse, block_table, seq_lens, logits, self._splits, sm_scale, k_cache.shape[1], 0.0,
