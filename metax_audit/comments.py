@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
-import io
 import re
 import tokenize
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from metax_audit.pysource import iter_tokens
 
 # Fence decoration around markers: `# /---- Metax Modification ----\`, `# ┌---- ... ----┐`.
 _DECORATION = re.compile(r"[\s\-=_*#/\\|<>┌┐└┘│─~+.:\[\]()]+")
@@ -111,7 +112,7 @@ def read_comments(source: str, markers: Sequence[str], tree: ast.Module | None =
     code_lines: set[int] = set()
     skip = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER, tokenize.ENCODING}
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in iter_tokens(source):
             if tok.type == tokenize.COMMENT:
                 line = tok.start[0]
                 comments[line] = Comment(line, tok.string.lstrip("#").strip(), trailing=line in code_lines)

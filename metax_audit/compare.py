@@ -32,28 +32,31 @@ from metax_audit.models import (
     Severity,
     UpstreamInfo,
 )
-from metax_audit.pysource import read_source
+from metax_audit.pysource import read_source_cached
 
 R_UNDECLARED = rule(
     "MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING,
     "port differs from its upstream counterpart without a declaration",
     "The port changes, adds or removes code relative to the upstream file it follows, and no "
     "'Metax Modification' block or comment directly above says why. Declare the change with its "
-    "reason (and the probe or test that proves it), or waive it in the waivers file.",
+    "reason (and the probe or test that proves it), or waive it in the waivers file. Imports count once per "
+    "import statement (info when they only switch to the port's own in-scope copy of the same module); members "
+    "dropped at one place are one finding.",
 ).id
 R_ARCH = rule(
     "MXA202", Category.ARCH_CHECK, Severity.WARNING,
     "NVIDIA architecture/capability check kept, added or removed in the port",
     "An is_device_capability / has_device_capability / SM-number check answers a question about "
     "NVIDIA GPUs; on the vendor device it is either meaningless or decided by whatever capability "
-    "the platform reports. Replace it with a vendor feature query, or declare why the number applies.",
+    "the platform reports. Replace it with a vendor feature query, or declare why the number applies. "
+    "Checks kept unchanged in one function are one finding listing each line.",
 ).id
 R_DRIFT = rule(
     "MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING,
     "upstream changed this between the base and target release and the port did not follow",
     "Between the base release the port was synced to and the target release, upstream added or "
     "changed a method, signature, default or kernel argument. The port still has the old form. "
-    "Take the change, or declare why the vendor kernel cannot.",
+    "Take the change, or declare why the vendor kernel cannot. Hunks of one function are one finding.",
 ).id
 R_DRIFT_TAKEN = rule(
     "MXA204", Category.UPSTREAM_DRIFT, Severity.INFO,
@@ -73,11 +76,15 @@ R_UNREADABLE = rule(
 ).id
 
 # Calls that ask about an NVIDIA architecture; names only, the receiver does not matter.
+# `supports_compute_capability` is left out: calling it asks the backend's own hook (which the
+# port overrides and which is compared as a class attribute), not an NVIDIA question.
 ARCH_CALLS = frozenset({
     "is_device_capability", "has_device_capability", "get_device_capability",
-    "is_device_capability_family", "supports_compute_capability", "DeviceCapability",
+    "is_device_capability_family", "DeviceCapability",
     "is_blackwell", "is_hopper", "is_sm90", "is_sm100", "is_sm100f_supported",
 })
+# Platform predicates that are false on an out-of-tree port: a branch under one of them never runs there.
+FOREIGN_PLATFORM_CALLS = frozenset({"is_rocm", "is_xpu", "is_tpu", "is_cpu", "is_hpu", "is_neuron"})
 # Superset of every ARCH_CALLS name and SM string, searched once over the whole file text.
 _ARCH_TEXT = re.compile(r"capabilit|hopper|blackwell|sm_?\d", re.IGNORECASE)
 _SM_TEXT = re.compile(r"\bsm_?(?:[6-9]\d|1[0-2]\d)[a-z]?\b", re.IGNORECASE)
@@ -89,6 +96,14 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "vendor-kernel-import": (
         "keep if the vendor callable implements the same contract; confirm every argument the call sites pass is accepted",
         "signature check of the vendor callable; probe the kernel family it implements",
+    ),
+    "port-module-import": (
+        "none if the port's module is in scope: it is compared with its own upstream counterpart",
+        "the review of the imported port module",
+    ),
+    "foreign-platform-branch": (
+        "none: the branch is guarded by another platform's predicate, which is false on the port's platform",
+        "none",
     ),
     "arch-check": (
         "replace the NVIDIA capability test with a vendor feature query, or state which vendor capability value makes it correct",
@@ -172,6 +187,7 @@ def compare(
     drift_all: list[Difference] = []
     up_root = upstream.root if upstream else None
     registry = read_registry(up_root, config.upstream_package)
+    in_scope = frozenset(module_of(f.path) for f in discovery.files)
     # Registrations discover found (decorators and platform calls), keyed by the file holding the class.
     by_file: dict[str, dict[str, str]] = {}
     for r in discovery.registrations:
@@ -210,13 +226,16 @@ def compare(
         up_module = module_of(cp.upstream_path or "")
         class_map = map_classes(port.classes, up.classes, config, up_module, registered, registry)
         port.rename = {k: v for k, v in class_map.items() if k != v}
-        _rename_in_place(port.tree, port.rename)
+        if port.rename:
+            # The parsed tree is shared with the other stages (pysource cache): rename on a private parse.
+            port.tree = ast.parse(port.text)
+            _rename_in_place(port.tree, port.rename)
         _index(port, class_map)
         base_file = base.root / (cp.upstream_path or "") if base is not None and base.root is not None else None
         if base_file is not None and _same_text(base_file, up.text):
             base_file = None  # upstream did not touch this file between the releases
         base_side = _load(base_file, cp.upstream_path or "", config, port_side=False) if base_file is not None else None
-        diffs = list(_compare_pair(port, up, cp, base_side))
+        diffs = list(_compare_pair(port, up, cp, base_side, in_scope))
         if base_side is not None:
             drift = list(_three_way(port, up, base_side, cp))
             diffs = _reclassify_followed(diffs, drift)
@@ -240,7 +259,7 @@ def compare(
 
 
 def _load(path: Path, rel: str, config: AuditConfig, port_side: bool = True) -> _Side | None:
-    src = read_source(path.parent, path.name, config.max_file_bytes)
+    src = read_source_cached(path.parent, path.name, config.max_file_bytes)
     if src.tree is None or src.text is None:
         return None
     text, tree = src.text, src.tree
@@ -337,9 +356,10 @@ def _rename_in_place(tree: ast.AST, mapping: dict[str, str]) -> None:
 # ---------------------------------------------------------------- two-way comparison
 
 
-def _compare_pair(port: _Side, up: _Side, cp: FileCounterpart, base: _Side | None = None) -> Iterator[Difference]:
+def _compare_pair(port: _Side, up: _Side, cp: FileCounterpart, base: _Side | None = None,
+                  in_scope: frozenset[str] = frozenset()) -> Iterator[Difference]:
     up_comments = {_squash(c.text) for c in up.comments.comments.values()}
-    ctx = _Ctx(port, up, cp, port.rename, up_comments, base)
+    ctx = _Ctx(port, up, cp, port.rename, up_comments, base, in_scope)
     yield from _compare_imports(ctx)
     yield from _compare_members(ctx)
     yield from _compare_body(ctx, "<module>", up.other, port.other, anchor=1, bbody=base.other if base else None)
@@ -353,6 +373,7 @@ class _Ctx:
     rename: dict[str, str]
     up_comments: set[str]
     base: _Side | None = None  # the upstream release the port was synced to, when known
+    in_scope: frozenset[str] = frozenset()  # dotted modules of the files under review
 
     def diff(self, kind: str, line: int, symbol: str, detail: str, span: tuple[int, int] | None = None,
              upstream_line: int | None = None) -> Difference:
@@ -394,35 +415,96 @@ class _Ctx:
 
 
 def _compare_imports(ctx: _Ctx) -> Iterator[Difference]:
+    """Import differences, one per import statement (a swapped block is one change, not one per name)."""
     port_pkg = ctx.cp.path.split("/")[0]
     up_pkg = (ctx.cp.upstream_path or "").split("/")[0]
+    # (port statement line, kind) -> [(name, port module, upstream module or "", upstream line)]
+    groups: dict[tuple[int, str], list[tuple[str, str, str, int | None]]] = {}
     for name, (pmod, pline) in sorted(ctx.port.imports.items(), key=lambda kv: kv[1][1]):
         if name in ctx.rename:
             continue
-        span = _stmt_span(ctx.port, pline)
+        root = pmod.lstrip(".").split(".")[0]
+        own = root == port_pkg or pmod.startswith(".")  # relative imports stay inside the port package
         if name in ctx.up.imports:
             umod, uline = ctx.up.imports[name]
             if umod == pmod:
                 continue
-            root = pmod.lstrip(".").split(".")[0]
-            if root == port_pkg or (root and root != up_pkg and root != umod.split(".")[0]):
-                yield ctx.diff("vendor-kernel-import", pline, name, f"import {name}: upstream from {umod}, port from {pmod}", span, uline)
+            if own and pmod.replace(port_pkg, up_pkg, 1) == umod and pmod in ctx.in_scope:
+                kind = "port-module-import"  # the port's own copy of the same module, compared as its own file
+            elif own or (root and root != up_pkg and root != umod.split(".")[0]):
+                kind = "vendor-kernel-import"
             elif pmod.replace(port_pkg, up_pkg, 1) == umod:
-                yield ctx.diff("cosmetic", pline, name, f"import {name} from {pmod} (upstream {umod})", span, uline)
+                kind = "cosmetic"
             else:
-                yield ctx.diff("changed", pline, name, f"import {name}: upstream from {umod}, port from {pmod}", span, uline)
+                kind = "changed"
+            groups.setdefault((pline, kind), []).append((name, pmod, umod, uline))
         else:
             # A helper import follows from code added elsewhere (reported there); a kernel import is the news.
-            root = pmod.lstrip(".").split(".")[0]
-            if root == port_pkg or (root not in {up_pkg, ""} and _kernelish(pmod)):
+            if own:
+                kind = "port-module-import"
+            elif root not in {up_pkg, ""} and _kernelish(pmod):
                 kind = "vendor-kernel-import"
             else:
                 kind = "cosmetic"
-            yield ctx.diff(kind, pline, name, f"import {name} from {pmod} (not imported upstream)", span)
+            groups.setdefault((pline, kind), []).append((name, pmod, "", None))
+    for (pline, kind), items in groups.items():
+        names = ", ".join(n for n, *_ in items)
+        pmods = sorted({p for _, p, _, _ in items})
+        umods = sorted({u for _, _, u, _ in items if u})
+        new = [n for n, _, u, _ in items if not u]
+        where = f"upstream imports from {', '.join(umods)}" if umods else ""
+        if new:
+            where += ("; " if where else "") + f"not imported upstream: {', '.join(new)}"
+        ulines = [u for *_, u in items if u]
+        detail = f"import {names} from {', '.join(pmods)} ({where})"
+        yield ctx.diff(kind, pline, names, detail, _stmt_span(ctx.port, pline), min(ulines) if ulines else None)
+    yield from _removed_imports(ctx)
+
+
+def _removed_imports(ctx: _Ctx) -> Iterator[Difference]:
+    """Upstream imports the port lacks, one per upstream import statement.
+
+    A name the port never mentions went with the upstream code that used it, which is reported where
+    that code was; a name the port defines itself is a local replacement, which is the news."""
+    used, bound = _names_used(ctx.port.tree)
+    groups: dict[tuple[int, str], list[tuple[str, str]]] = {}
     for name, (umod, uline) in sorted(ctx.up.imports.items(), key=lambda kv: kv[1][1]):
-        if name not in ctx.port.imports and name not in ctx.rename.values():
-            kind = "removed" if _kernelish(umod) else "cosmetic"  # a dropped kernel import is news; a helper is not
-            yield ctx.removal(kind, 0, name, f"upstream imports {name} from {umod}; the port does not", uline)
+        if name in ctx.port.imports or name in ctx.rename.values():
+            continue
+        if name in bound:
+            # Upstream defining it too means its import was a local one for that same module-level name.
+            up_defines = name in ctx.up.funcs or name in ctx.up.classes or name in ctx.up.attrs
+            kind = "cosmetic" if up_defines else "changed"
+        elif name not in used or not _kernelish(umod):
+            kind = "cosmetic"  # a dropped helper import, or one whose users the port dropped too
+        else:
+            kind = "removed"
+        groups.setdefault((uline, kind), []).append((name, umod))
+    for (uline, kind), items in groups.items():
+        names = ", ".join(n for n, _ in items)
+        umods = ", ".join(sorted({m for _, m in items}))
+        if kind == "changed":
+            line = min(bound[n] for n, _ in items)
+            yield ctx.removal(kind, line, names, f"the port defines {names} itself instead of importing it from {umods}", uline)
+        elif kind == "cosmetic":
+            yield ctx.removal(kind, 0, names, f"upstream imports {names} from {umods}; the port neither imports nor uses them", uline)
+        else:
+            yield ctx.removal(kind, 0, names, f"upstream imports {names} from {umods}; the port uses the name(s) but does not import them", uline)
+
+
+def _names_used(tree: ast.AST) -> tuple[frozenset[str], dict[str, int]]:
+    """Names the file reads, and names it binds itself (assignment, def, class) with the first line."""
+    used: set[str] = set()
+    bound: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            if isinstance(n.ctx, ast.Store):
+                bound[n.id] = min(bound.get(n.id, n.lineno), n.lineno)
+            else:
+                used.add(n.id)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound[n.name] = min(bound.get(n.name, n.lineno), n.lineno)
+    return frozenset(used), bound
 
 
 def _kernelish(module: str) -> bool:
@@ -477,7 +559,15 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
             yield ctx.diff(kind if owner else "added", p.lineno, key, f"{key} = {_value(p)} is not in upstream", (p.lineno, p.end_lineno or p.lineno))
         elif u is not None and not (owner and _inherits(port.classes[owner], owner)):
             anchor = _anchor(ctx, key)
-            yield ctx.removal(kind if owner else "removed", anchor, key, f"upstream {key} = {_value(u)} is absent from the port", u.lineno)
+            if not owner and _is_logger(u):
+                kind = "cosmetic"  # a module logger: dropping it changes no behaviour the review checks
+            yield ctx.removal(kind if owner else kind.replace("changed", "removed"), anchor, key,
+                              f"upstream {key} = {_value(u)} is absent from the port", u.lineno)
+
+
+def _is_logger(stmt: ast.stmt) -> bool:
+    value = getattr(stmt, "value", None)
+    return isinstance(value, ast.Call) and _callee(value).rsplit(".", 1)[-1].lower() in {"init_logger", "getlogger", "get_logger"}
 
 
 def _parent_missing(name: str, other: dict[str, ast.ClassDef], same: dict[str, ast.ClassDef]) -> bool:
@@ -549,7 +639,7 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
             nxt = ptoks[j1].line if j1 < len(ptoks) else prev_end + 1
             span = (prev_end + 1, max(prev_end + 1, nxt))
         kind, detail = _classify(ctx, u, p)
-        if bkeys is not None and u and kind != "arch-check" and not (bkeys & {t.key for t in u}) and all(t.key in bkeys for t in p):
+        if bkeys is not None and u and kind not in {"arch-check", "foreign-platform-branch"} and not (bkeys & {t.key for t in u}) and all(t.key in bkeys for t in p):
             # Upstream wrote this after the base release and the port still has the base form.
             kind, detail = "upstream-not-followed", f"upstream changed this after the base release; the port keeps the earlier form: {detail}"
         line = span[0] if p else span[0] - 1
@@ -620,6 +710,8 @@ def _classify(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> tuple[str, str]:
     if u_arch or p_arch:
         state = "changed" if u_arch and p_arch else ("added in the port" if p_arch else "removed from the port")
         return "arch-check", f"capability check {state}: {both}"
+    if u and not p and _foreign_branch(u):
+        return "foreign-platform-branch", f"port drops a branch only another platform takes: {udesc}"
     commented = _commented_out_args(ctx, u, p)
     if commented:
         return "argument-commented-out", f"argument(s) {', '.join(commented)} commented out: {both}"
@@ -649,7 +741,42 @@ def _classify(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> tuple[str, str]:
         return "added", f"port adds: {pdesc}"
     if u and not p:
         return "removed", f"port drops: {udesc}"
-    return "changed", both
+    focus = _focus(un, pn)
+    return "changed", (f"differs at {focus}; " if focus else "") + both
+
+
+def _focus(un: list[ast.AST], pn: list[ast.AST]) -> str:
+    """Where two hunks differ, token by token: the shown texts are cut at 120 characters and a change
+    inside a long call would be invisible in them."""
+    def tokens(nodes: list[ast.AST]) -> list[str]:
+        texts = []
+        for n in nodes:
+            try:
+                texts.append(ast.unparse(n).split("\n", 1)[0])
+            except Exception:  # pragma: no cover - a shallow copy of a parsed statement unparses
+                texts.append(type(n).__name__)
+        return re.findall(r"\w+|[^\w\s]+|\s+", "; ".join(texts))
+
+    ut, pt = tokens(un), tokens(pn)
+    parts = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ut, pt, autojunk=False).get_opcodes():
+        if op == "equal":
+            continue
+        before = "".join(ut[max(0, i1 - 6) : i1]).lstrip()
+        parts.append(f"...{before} [upstream: {_short(''.join(ut[i1:i2]), 80) or '-'} | port: {_short(''.join(pt[j1:j2]), 80) or '-'}]")
+        if len(parts) == 3:
+            break
+    return "; ".join(parts)
+
+
+def _foreign_branch(u: list[_Tok]) -> bool:
+    """The hunk is one `if <other platform>:` with its body and nothing else (no else branch)."""
+    head = u[0]
+    if not isinstance(head.node, ast.If) or any(t.depth <= head.depth for t in u[1:]):
+        return False
+    test = head.node.test
+    calls = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
+    return all(isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] in FOREIGN_PLATFORM_CALLS for c in calls)
 
 
 def _commented_out_args(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> list[str]:
@@ -688,6 +815,8 @@ def _cosmetic(un: list[ast.AST], pn: list[ast.AST]) -> bool:
                     sub.value = ""
                 if isinstance(sub, ast.JoinedStr):
                     sub.values = []
+                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "super":
+                    sub.args = []  # super(Cls, self) and super() name the same parent inside Cls
             out.append(ast.dump(c))
         return out
 
@@ -831,11 +960,59 @@ def _reclassify_followed(diffs: list[Difference], drift: list[Difference]) -> li
 # ---------------------------------------------------------------- findings
 
 
-def _difference_findings(diffs: Iterable[Difference], cp: FileCounterpart) -> Iterator[Finding]:
+_HUNK_NOT_FOLLOWED = "upstream changed this after the base release"
+_ABSENT = ("is absent from the port", "has no port counterpart")
+
+
+def _group_key(d: Difference) -> tuple[object, ...]:
+    """Differences a maintainer handles as one: the same check kept in one function, the hunks of one
+    function upstream rewrote, the members dropped at one place. Everything else stands alone."""
+    if d.declared:
+        return (id(d),)
+    if d.kind == "arch-check" and d.detail.startswith("kept from upstream"):
+        return ("arch-kept", d.symbol)
+    if d.kind == "upstream-not-followed" and d.detail.startswith(_HUNK_NOT_FOLLOWED):
+        return ("hunks", d.symbol)
+    if d.kind in {"removed", "class-attribute"} and d.detail.endswith(_ABSENT):
+        return ("absent", d.line)
+    return (id(d),)
+
+
+def _grouped(diffs: Iterable[Difference]) -> list[list[Difference]]:
+    groups: dict[tuple[object, ...], list[Difference]] = {}
     for d in diffs:
+        groups.setdefault(_group_key(d), []).append(d)
+    return list(groups.values())
+
+
+def _merged(group: list[Difference]) -> tuple[Difference, list[str]]:
+    """One difference standing for the group, and the port/upstream lines of every member."""
+    first = group[0]
+    places = [f"{d.path}:{d.line}" + (f" (upstream line {d.upstream_line})" if d.upstream_line else "") for d in group]
+    if len(group) == 1:
+        return first, []
+    if first.kind == "arch-check":
+        detail = f"kept from upstream in {len(group)} places: " + "; ".join(d.detail.removeprefix("kept from upstream: ") for d in group)
+    elif first.kind == "upstream-not-followed":
+        detail = f"{_HUNK_NOT_FOLLOWED}, in {len(group)} places; the port keeps the earlier form: " + "; ".join(
+            d.detail.split("the port keeps the earlier form: ", 1)[-1] for d in group)
+    else:
+        symbols = [d.symbol for d in group]
+        owners = {s.rsplit(".", 1)[0] for s in symbols if "." in s}
+        symbol = owners.pop() if len(owners) == 1 and all("." in s for s in symbols) else ", ".join(symbols)
+        detail = f"{len(group)} upstream members are absent from the port here: " + "; ".join(
+            d.detail.removeprefix("upstream ").removesuffix(" is absent from the port").removesuffix(" has no port counterpart") for d in group)
+        first = replace(first, symbol=symbol)
+    return replace(first, detail=_short(detail, 600)), places
+
+
+def _difference_findings(diffs: Iterable[Difference], cp: FileCounterpart) -> Iterator[Finding]:
+    for group in _grouped(d for d in diffs if not (d.declared and d.kind not in {"arch-check", "upstream-not-followed"})):
+        d, places = _merged(group)
         evidence = (
             f"port {d.path}:{d.line}" if d.line else f"port {d.path}",
             f"upstream {cp.upstream_path}:{d.upstream_line}" if d.upstream_line else f"upstream {cp.upstream_path}",
+            *(f"also at {p}" for p in places[1:]),
         )
         if d.kind == "arch-check":
             sev = Severity.INFO if d.declared else None
@@ -848,14 +1025,18 @@ def _difference_findings(diffs: Iterable[Difference], cp: FileCounterpart) -> It
             continue
         if d.declared or d.kind in {"cosmetic", "upstream-followed"}:
             continue
+        # Using the port's own copy of a module, or dropping another platform's branch, is context.
+        sev = Severity.INFO if d.kind in {"port-module-import", "foreign-platform-branch"} else None
         yield make_finding(R_UNDECLARED, Location(d.path, d.line, d.symbol), f"{d.kind} in {d.symbol}: {d.detail}",
-                           (*evidence, "no Metax Modification block or comment directly above"))
+                           (*evidence, "no Metax Modification block or comment directly above"), severity=sev)
 
 
 def _drift_findings(drift: Iterable[Difference], cp: FileCounterpart, target: UpstreamInfo | None, base: UpstreamInfo | None) -> Iterator[Finding]:
     versions = f"{base.version if base else '?'} -> {target.version if target else '?'}"
-    for d in drift:
-        evidence = [f"upstream {cp.upstream_path}:{d.upstream_line} ({versions})", f"port {d.path}:{d.line}" if d.line else f"port {d.path}"]
+    for group in _grouped(drift):
+        d, places = _merged(group)
+        evidence = [f"upstream {cp.upstream_path}:{d.upstream_line} ({versions})", f"port {d.path}:{d.line}" if d.line else f"port {d.path}",
+                    *(f"also at {p}" for p in places[1:])]
         if d.declared:
             evidence.append(f"declared: {d.reason}")
         rid = R_DRIFT_TAKEN if d.kind == "upstream-followed" else R_DRIFT

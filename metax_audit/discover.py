@@ -32,7 +32,7 @@ from metax_audit.pysource import (
     find_module,
     line_numbers,
     module_name,
-    parse_text,
+    read_source_cached,
     read_text,
     resolve_relative,
     scan_imports,
@@ -168,8 +168,8 @@ class _Sources:
     def get(self, rel: str) -> ParsedSource:
         """The file with its tree, kept for later lookups (registrations, resolution, platform)."""
         if rel not in self._parsed:
-            self.text(rel)
-            self._parsed[rel] = parse_text(rel, *self._texts[rel])
+            # the tree comes from the process-wide cache, so trace/compare/checks reuse it
+            self._parsed[rel] = read_source_cached(self.root, rel, self.max_bytes)
         return self._parsed[rel]
 
     def status(self, rel: str) -> ParsedSource:

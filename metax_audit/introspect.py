@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -30,8 +31,13 @@ def introspect(
     extra_path: Sequence[Path] = (),
     static_roots: Sequence[Path] = (),
     never_import: Sequence[str] = (),
+    cache: bool = False,
 ) -> StackFacts:
     """Facts about each dotted target as the interpreter `python` sees it (default: this one).
+
+    With `cache`, what the worker learns by importing the stack is kept on disk (see
+    stack_cache_dir) and served again while the interpreter, its installed distributions and the
+    static roots are unchanged; the port's own targets are always read afresh.
 
     Targets whose top-level package is in `never_import` (the port under review) are read
     statically from `static_roots` only (the snapshot), never imported.
@@ -44,6 +50,8 @@ def introspect(
     """
     interpreter = python or sys.executable
     wanted = list(dict.fromkeys(targets))
+    if cache:
+        return _introspect_cached(wanted, interpreter, timeout, extra_path, static_roots, never_import)
     facts: dict[str, CallableFact] = {}
     meta: dict[str, Any] = {}
     distributions: dict[str, dict[str, str]] = {}
@@ -224,3 +232,176 @@ def load_manifest(path: Path) -> StackFacts:
         distributions=data.get("distributions") or {},
         source=f"manifest:{path}",
     )
+
+
+# ---------------------------------------------------------------- on-disk cache of stack facts
+# Importing the kernel stack (flashinfer pulls in torch) costs seconds on every review although the
+# stack rarely changes; the facts are kept per (interpreter, targets, fingerprint of what the
+# worker could read). The fingerprint is conservative: any install, upgrade or removal in a
+# site-packages directory, or any file change under an editable/extra/static package, invalidates.
+
+CACHE_SCHEMA = "metax-audit/stack-cache/v1"
+_UNCACHEABLE = {"timeout", "crash"}  # may be load or a flaky import: try again next time
+
+
+def stack_cache_dir() -> Path:
+    """`<cache>/stack`, the cache being $METAX_AUDIT_CACHE or ~/.cache/metax-audit."""
+    from metax_audit.upstream import cache_root
+
+    return cache_root() / "stack"
+
+
+def _introspect_cached(
+    wanted: list[str], interpreter: str, timeout: float, extra_path: Sequence[Path], static_roots: Sequence[Path],
+    never_import: Sequence[str],
+) -> StackFacts:
+    own = {t.split(".")[0] for t in never_import}
+    port = [t for t in wanted if t.split(".")[0] in own]
+    stack = [t for t in wanted if t.split(".")[0] not in own]
+    # The snapshot is a fresh temp dir each run: it only matters to the stack targets when it holds
+    # one of their packages, so otherwise it stays out of their request and of the key.
+    tops = sorted({t.split(".")[0] for t in stack})
+    roots = [r for r in static_roots if not any((Path(r) / o).exists() for o in own)
+             or any((Path(r) / t).exists() or (Path(r) / f"{t}.py").exists() for t in tops)]
+    facts: dict[str, CallableFact] = {}
+    parts: list[StackFacts] = []
+    cached: Path | None = None
+    if stack:
+        key = _cache_key(interpreter, stack, extra_path, roots, tops)
+        path = stack_cache_dir() / f"{key}.json" if key else None
+        hit = _read_cache(path) if path is not None else None
+        if hit is None:
+            hit = introspect(stack, python=interpreter, timeout=timeout, extra_path=extra_path, static_roots=roots)
+            if path is not None and not any(f.status in _UNCACHEABLE for f in hit.facts.values()):
+                _write_cache(hit, path)
+        else:
+            cached = path
+        parts.append(hit)
+    if port:
+        parts.append(introspect(port, python=interpreter, timeout=timeout, extra_path=extra_path,
+                                static_roots=static_roots, never_import=never_import))
+    for part in parts:
+        facts.update(part.facts)
+    first = parts[-1] if parts else None
+    distributions: dict[str, dict[str, str]] = {}
+    for part in parts:
+        distributions.update(part.distributions)
+    return StackFacts(
+        python=first.python if first else interpreter,
+        captured_at=parts[0].captured_at if parts else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        host=first.host if first else "",
+        facts={t: facts[t] for t in wanted if t in facts},
+        distributions=distributions,
+        source="import",
+        cache_entry=str(cached) if cached is not None else None,
+    )
+
+
+def _cache_key(interpreter: str, targets: list[str], extra_path: Sequence[Path], roots: Sequence[Path],
+               tops: list[str]) -> str | None:
+    """sha256 of everything the worker's answers depend on; None when the interpreter's path
+    cannot be read (then nothing is cached)."""
+    import hashlib
+
+    done = subproc.run([interpreter, "-c", "import json, sys; print(json.dumps(sys.path))"],
+                       env={"PYTHONSAFEPATH": "1"}, timeout=30)
+    try:
+        sys_path = [str(p) for p in json.loads(done.stdout)]
+    except ValueError:
+        return None
+    real = Path(interpreter).resolve()
+    try:
+        st = real.stat()
+    except OSError:
+        return None
+    paths = [*(str(p) for p in extra_path), *sys_path]
+    data = {
+        "schema": CACHE_SCHEMA,
+        "interpreter": [interpreter, str(real), st.st_size, st.st_mtime_ns],
+        "targets": targets,
+        "extra_path": [str(p) for p in extra_path],
+        "static_roots": [str(p) for p in roots],
+        "path": [_path_entry_fingerprint(Path(p), tops) for p in paths if p],
+        "roots": [_tree_fingerprint(Path(r)) for r in roots],
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _path_entry_fingerprint(entry: Path, tops: list[str]) -> list[Any]:
+    """What of one sys.path entry the worker can see: each distribution's metadata (pip rewrites
+    RECORD on every install), .pth files, and the target packages found there; packages without
+    installed metadata beside them (editable checkouts, --extra-path) by every file's stat."""
+    try:
+        names = sorted(os.listdir(entry))
+    except OSError:
+        return [str(entry), None]
+    dists = []
+    for name in names:
+        if name.endswith((".dist-info", ".egg-info", ".pth", ".egg-link")):
+            meta = entry / name
+            for candidate in (meta / "RECORD", meta / "PKG-INFO", meta / "METADATA", meta):
+                try:
+                    cst = candidate.stat()
+                except OSError:
+                    continue
+                dists.append([name, candidate.name, cst.st_size, cst.st_mtime_ns])
+                break
+    installed = any(n.endswith(".dist-info") for n in names)
+    found = []
+    for top in tops:
+        for cand in (entry / top, entry / f"{top}.py"):
+            if cand.exists():
+                found.append([top, cand.name, _dir_stat(cand) if installed else _tree_fingerprint(cand)])
+    return [str(entry), dists, found]
+
+
+def _dir_stat(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _tree_fingerprint(root: Path) -> list[Any]:
+    """(files, total size, newest mtime) under `root`: one stat per file, no reads."""
+    if root.is_file():
+        st = root.stat()
+        return [str(root), 1, st.st_size, st.st_mtime_ns]
+    count = size = newest = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            try:
+                st = os.stat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            count, size, newest = count + 1, size + st.st_size, max(newest, st.st_mtime_ns)
+    return [str(root), count, size, newest]
+
+
+def _read_cache(path: Path) -> StackFacts | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("schema") != CACHE_SCHEMA:
+            return None
+        facts = {t: fact_from_json({**f, "target": t}) for t, f in data["facts"].items()}
+        return StackFacts(python=str(data["python"]), captured_at=str(data["captured_at"]), host=str(data["host"]),
+                          facts=facts, distributions=data.get("distributions") or {}, source="import")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # a missing or damaged entry is a miss
+
+
+def _write_cache(facts: StackFacts, path: Path) -> None:
+    data = {
+        "schema": CACHE_SCHEMA,
+        "python": facts.python,
+        "captured_at": facts.captured_at,
+        "host": facts.host,
+        "distributions": facts.distributions,
+        "facts": {t: _fact_json(f) for t, f in facts.facts.items()},
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a concurrent review reads the old entry or the new one
+    except OSError:
+        pass  # a read-only cache only costs the next run its speed

@@ -227,6 +227,7 @@ class StackFacts:
     facts: dict[str, CallableFact]
     distributions: dict[str, dict[str, str]] = field(default_factory=dict)
     source: str = "import"  # "import" | "manifest:<path>"
+    cache_entry: str | None = None  # the stack-cache file these facts were served from (None: captured now)
 
 
 # ---------------------------------------------------------------- compare

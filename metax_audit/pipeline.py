@@ -273,7 +273,7 @@ def _introspect(
         for fact in facts.facts.values():
             by_status[fact.status] = by_status.get(fact.status, 0) + 1
         notes = [", ".join(f"{v} {k}" for k, v in sorted(by_status.items()))]
-        if facts.source == "import:cache":
+        if facts.cache_entry:
             notes.append(f"facts from the stack cache (captured {facts.captured_at})")
         notes.append("ran alongside compare")  # its seconds overlap the next stages
         run.stages.insert(index, StageRecord("introspect", True, round(seconds, 3), "; ".join(notes)))

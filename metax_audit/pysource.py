@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import gc
 import io
+import os
 import re
 import tokenize
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.util import decode_source
 from pathlib import Path, PurePosixPath
@@ -119,7 +122,7 @@ def comments(text: str) -> dict[int, str]:
     """Line -> comment text (without '#'), read with tokenize because ast drops comments."""
     found: dict[int, str] = {}
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        for tok in iter_tokens(text):
             if tok.type == tokenize.COMMENT:
                 found[tok.start[0]] = tok.string[1:].strip()
     except (tokenize.TokenError, SyntaxError, IndentationError):
@@ -175,3 +178,201 @@ def scan_imports(text: str) -> list[ImportStmt]:
         level = len(spec) - len(spec.lstrip("."))
         found.append(ImportStmt(line, level, spec[level:] or None, _names(m.group("names"))))
     return found
+
+
+# ---------------------------------------------------------------- one read and one parse per file
+# Discover, trace, compare, checks and dataflow all read the same few hundred files; parsing each
+# once per process (memoised by absolute path, size and mtime, so an edited file is read again)
+# removes most of a review's parse time. Trees handed out are shared: callers must not mutate them.
+
+_SOURCE_CACHE_MAX = 4096  # files; the oldest entry goes first beyond this
+
+
+class _Entry:
+    __slots__ = ("decode_error", "parse_error", "stamp", "text", "tree")
+
+    def __init__(self, stamp: tuple[int, int], text: str | None, decode_error: BaseException | None) -> None:
+        self.stamp = stamp
+        self.text = text
+        self.decode_error = decode_error
+        self.tree: ast.Module | None = None
+        self.parse_error: BaseException | None = None
+
+
+_SOURCES: dict[str, _Entry] = {}
+_TOKENS: dict[str, tuple[tuple[tokenize.TokenInfo, ...], BaseException | None]] = {}
+_TOKENS_MAX = 512
+
+
+def clear_source_cache() -> None:
+    """Forget every cached text, tree and token list (tests; long-lived processes)."""
+    _SOURCES.clear()
+    _TOKENS.clear()
+    _NODES.clear()
+
+
+def _entry(path: str | Path) -> _Entry:
+    key = os.path.abspath(path)
+    st = os.stat(key)  # OSError propagates: an unreadable file is the caller's skip
+    stamp = (st.st_size, st.st_mtime_ns)
+    entry = _SOURCES.get(key)
+    if entry is not None and entry.stamp == stamp:
+        return entry
+    with open(key, "rb") as fh:
+        raw = fh.read()
+    try:
+        # Same decoding as the interpreter (PEP 263 cookie, BOM, universal newlines).
+        text, error = decode_source(raw), None
+    except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
+        text = None
+        error = exc if isinstance(exc, UnicodeDecodeError) else UnicodeDecodeError("utf-8", b"", 0, 1, str(exc))
+    entry = _Entry(stamp, text, error)
+    if len(_SOURCES) >= _SOURCE_CACHE_MAX:
+        _SOURCES.pop(next(iter(_SOURCES)))
+    _SOURCES[key] = entry
+    return entry
+
+
+def cached_text(path: str | Path) -> str:
+    """The decoded text of `path`; raises OSError or UnicodeDecodeError (a ValueError) like read_text."""
+    entry = _entry(path)
+    if entry.text is None:
+        raise entry.decode_error.with_traceback(None)  # type: ignore[union-attr]
+    return entry.text
+
+
+def cached_parse(path: str | Path) -> tuple[str, ast.Module]:
+    """(text, tree) of `path`, parsed once per process while the file is unchanged.
+
+    Raises what reading and ast.parse raise (OSError, UnicodeDecodeError, SyntaxError, ValueError,
+    RecursionError, MemoryError); a failure is remembered like a success. The tree is shared."""
+    entry = _entry(path)
+    if entry.text is None:
+        raise entry.decode_error.with_traceback(None)  # type: ignore[union-attr]
+    if entry.tree is None and entry.parse_error is None:
+        try:
+            entry.tree = ast.parse(entry.text, filename=os.path.abspath(path))
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            entry.parse_error = exc
+    if entry.parse_error is not None:
+        raise entry.parse_error.with_traceback(None)
+    assert entry.tree is not None
+    return entry.text, entry.tree
+
+
+def read_source_cached(root: Path, rel_path: str, max_bytes: int) -> ParsedSource:
+    """read_source through the process-wide cache: same results, one parse per file."""
+    full = root / rel_path
+    try:
+        size = full.stat().st_size
+    except OSError as exc:
+        return ParsedSource(rel_path, None, None, f"unreadable: {exc.strerror or exc}")
+    if size > max_bytes:
+        return ParsedSource(rel_path, None, None, f"{TOO_LARGE}: {size} bytes > max_file_bytes {max_bytes}")
+    try:
+        text = cached_text(full)
+    except OSError as exc:
+        return ParsedSource(rel_path, None, None, f"unreadable: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        return ParsedSource(rel_path, None, None, f"not decodable: {exc}")
+    lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    try:
+        _, tree = cached_parse(full)
+    except SyntaxError as exc:
+        return ParsedSource(rel_path, text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})", lines)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return ParsedSource(rel_path, text, None, f"{type(exc).__name__}: {exc}", lines)
+    except OSError as exc:
+        return ParsedSource(rel_path, None, None, f"unreadable: {exc.strerror or exc}")
+    return ParsedSource(rel_path, text, tree, None, lines)
+
+
+def iter_tokens(text: str) -> Iterator[tokenize.TokenInfo]:
+    """tokenize.generate_tokens over `text`, tokenized once per distinct text: yields the tokens
+    read, then raises the error tokenize stopped at (if any), exactly like the generator would."""
+    cached = _TOKENS.get(text)
+    if cached is None:
+        toks: list[tokenize.TokenInfo] = []
+        error: BaseException | None = None
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                toks.append(tok)
+        except (tokenize.TokenError, SyntaxError) as exc:  # IndentationError is a SyntaxError
+            error = exc
+        if len(_TOKENS) >= _TOKENS_MAX:
+            _TOKENS.pop(next(iter(_TOKENS)))
+        cached = _TOKENS[text] = (tuple(toks), error)
+    yield from cached[0]
+    if cached[1] is not None:
+        raise cached[1].with_traceback(None)
+
+
+# str.splitlines() breaks lines where tokenize does not: with any of these, line numbers differ.
+_ODD_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def standalone_comments(text: str, tree: ast.Module) -> dict[int, str] | None:
+    """Line -> comment for each line that holds only a comment, as tokenize would report them,
+    without tokenizing the whole file: a line starting with '#' is a comment unless it lies
+    inside a multi-line string literal, and only those few literals are tokenized to tell.
+    None when the text has line breaks that splitlines and tokenize count differently."""
+    if _ODD_BREAKS.search(text):
+        return None
+    lines = text.splitlines()
+    found = {i + 1: line.lstrip() for i, line in enumerate(lines) if line.lstrip().startswith("#")}
+    if not found:
+        return found
+    spans = {(n.lineno, n.end_lineno) for n in walk_nodes(tree)
+             if isinstance(n, ast.Constant | ast.JoinedStr) and n.end_lineno is not None and n.end_lineno > n.lineno}
+    for start, end in spans:
+        inside = [row for row in range(start + 1, end + 1) if row in found]
+        if not inside:
+            continue
+        if any(s < start <= e for s, e in spans):
+            return None  # the literal's first line ends another literal: tokenize the file instead
+        # Implicitly concatenated pieces ("a"\n# note\n"b") are one node around a real comment:
+        # tokenize the literal's own lines inside parentheses to see which rows are comments.
+        segment = "(" + "\n".join(lines[start - 1:end]) + "\n)"
+        rows: set[int] = set()
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(segment).readline):
+                if tok.type == tokenize.COMMENT:
+                    rows.add(tok.start[0] + start - 1)
+        except tokenize.TokenError as exc:
+            if not str(exc.args[0]).startswith("EOF in multi-line statement"):
+                return None  # brackets opened before the literal stay open: the rows are read
+        except SyntaxError:
+            return None
+        for row in inside:
+            if row not in rows:
+                del found[row]
+    return found
+
+
+_NODES: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+
+
+def walk_nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node of `tree` in ast.walk's order, listed once per tree: several checks walk each
+    whole port module, and iterating a tuple is many times cheaper than ast.walk's generator."""
+    hit = _NODES.get(id(tree))
+    if hit is not None and hit[0] is tree:  # the tree is kept alive, so its id cannot be reused
+        return hit[1]
+    nodes = tuple(ast.walk(tree))
+    if len(_NODES) >= _TOKENS_MAX:
+        _NODES.pop(next(iter(_NODES)))
+    _NODES[id(tree)] = (tree, nodes)
+    return nodes
+
+
+@contextmanager
+def relaxed_gc(threshold0: int = 50_000) -> Iterator[None]:
+    """Collect young objects less often while a review holds hundreds of syntax trees: with the
+    default threshold (700) the collector rescans those millions of long-lived nodes again and
+    again, which cost about a fifth of a review's time. Trees hold no cycles, so nothing is lost."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(threshold0, old[0]), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)

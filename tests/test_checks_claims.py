@@ -24,6 +24,19 @@ CASES = {
     "comment only": ("def f(x):\n    # the kernel cannot handle sliding windows\n    return g(x)\n", [(2, "MXA140")]),
     "trailing comment": ("def f(kv):\n    y = kv.permute(0, 2, 1)  # HND and contiguous\n    return y\n", [(2, "MXA140")]),
     "trailing contiguous enforced": ("def f(kv):\n    y = kv.permute(0, 2, 1).contiguous()  # contiguous\n    return y\n", [(2, "MXA141")]),
+    "descriptive contiguous in a block comment is not a claim": (
+        "def f(reqs):\n    # find the end of this bucket (contiguous requests)\n    return g(reqs)\n", []),
+    "contiguous stated as a requirement is a claim": (
+        "def f(kv):\n    # the cache must be contiguous here\n    return g(kv)\n", [(2, "MXA140")]),
+    "phrase inside a condition is not a claim": (
+        "def f(x):\n    # check if the fast path is supported on this platform\n    return g(x)\n", []),
+    "purpose clause is not a claim": (
+        "def f(x):\n    # shared by both paths so the two cannot drift\n    return g(x)\n", []),
+    "claim after a condition clause still counts": (
+        "def f(x):\n    # when fp8 is on, the kernel does not support sliding windows\n    return g(x)\n", [(2, "MXA140")]),
+    "padding to the limit handles the claim": (
+        "def f(q, n):\n    # the kernel only supports 64 or 128 heads\n    q = pad_heads(q, 64 if n <= 64 else 128)\n    return q\n",
+        [(2, "MXA141")]),
     "no claim words": ("def f(x):\n    # compute the output\n    return x\n", []),
     "commented-out code is not a claim": ("def f(x):\n    # return supported(x, contiguous=True)\n    return x\n", []),
     "listed name used": ("# Note: does not support:\n#   - FancyWrapper\nfrom k import FancyWrapper\nw = FancyWrapper()\n", [(1, "MXA142")]),

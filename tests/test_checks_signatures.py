@@ -87,6 +87,12 @@ SIG_CASES = {
         C("q, kv, lse_buf"), "q, kv, out=None, lse=None", ["MXA105"],
         upstream=[CallSite(Location("up/attn.py", 5), "Impl.forward", "self._w.run", TARGET, "external",
                            args=(CallArg(None, 0, "q"), CallArg(None, 1, "kv"), CallArg("lse", None, "lse_buf")))]),
+    # An extra positional shifts every later value: one finding for the call, not one per shifted value.
+    "inserted positional shifts the rest: one finding": Case(
+        C("src, dst, table, seq_lens, starts, n"), "src, dst, table, starts, n, seq_starts=None", ["MXA105"],
+        upstream=[CallSite(Location("up/attn.py", 5), "Impl.forward", "self._w.run", TARGET, "external",
+                           args=(CallArg(None, 0, "src"), CallArg(None, 1, "dst"), CallArg(None, 2, "table"),
+                                 CallArg(None, 3, "starts"), CallArg(None, 4, "n")))]),
     "same meaning as upstream": Case(
         C("q, kv, o"), "q, kv, out=None", [],
         upstream=[CallSite(Location("up/attn.py", 5), "Impl.forward", "self._w.run", TARGET, "external",
@@ -174,3 +180,20 @@ def test_opaque_decorator_downgrades_to_warning(tmp_path: Path) -> None:
     autotuned = replace(fact, error="decorated with triton.autotune, triton.jit: the runtime signature may differ")
     launch = TraceResult((), (), calls=(C("q", callee="_k[grid]"),))
     assert list(check_signatures(tmp_path, launch, replace(facts, facts={TARGET: autotuned}))) == []
+
+
+def test_shifted_call_names_the_inserted_positional(tmp_path: Path) -> None:
+    case = SIG_CASES["inserted positional shifts the rest: one finding"]
+    trace = TraceResult((), (), calls=(case.call,))
+    [finding] = check_signatures(tmp_path, trace, facts_for(P(case.params)), upstream_calls=case.upstream)
+    assert "'starts' binds to installed parameter 'n'" in finding.message
+    assert "'n' binds to installed parameter 'seq_starts'" in finding.message
+    assert "'seq_lens'" in finding.message and "not in upstream's call" in finding.message
+    assert finding.severity is Severity.ERROR  # a stale call against a changed signature breaks
+
+
+def test_value_moved_without_extra_positional_stays_a_warning(tmp_path: Path) -> None:
+    case = SIG_CASES["moved: upstream passes it by another keyword"]
+    trace = TraceResult((), (), calls=(case.call,))
+    [finding] = check_signatures(tmp_path, trace, facts_for(P(case.params)), upstream_calls=case.upstream)
+    assert finding.severity is Severity.WARNING

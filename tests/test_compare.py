@@ -2,6 +2,7 @@
 # package trees in tmp_path; plus counterpart mapping, vendor-only files and the three-way view.
 from __future__ import annotations
 
+import ast
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,24 @@ CASES = [
         {("arch-check", "Impl.__init__", False)},
     ),
     Case(
+        "calling the backend's own capability hook is not an NVIDIA check",
+        """\
+        class Base:
+            @classmethod
+            def validate(cls, cap):
+                if not cls.supports_compute_capability(cap):
+                    raise ValueError("unsupported")
+        """,
+        """\
+        class Base:
+            @classmethod
+            def validate(cls, cap):
+                if not cls.supports_compute_capability(cap):
+                    raise ValueError("unsupported")
+        """,
+        set(),
+    ),
+    Case(
         "commented-out argument",
         """\
         def run(q, o, lse):
@@ -262,6 +281,10 @@ CASES = [
 ]
 
 
+def _case(name: str) -> Case:
+    return next(c for c in CASES if c.name == name)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_difference_table(tmp_path: Path, case: Case) -> None:
     _, fc, findings = _run(tmp_path, case.upstream, case.port)
@@ -286,7 +309,7 @@ def test_arch_check_produces_arch_finding_with_evidence(tmp_path: Path) -> None:
 
 
 def test_class_map_and_literal_delta(tmp_path: Path) -> None:
-    _, fc, _ = _run(tmp_path, CASES[8].upstream, CASES[8].port)
+    _, fc, _ = _run(tmp_path, _case('class attribute narrowed').upstream, _case('class attribute narrowed').port)
     assert fc.class_map == {"MacaFlashBackend": "FlashBackend"}
     (d,) = fc.differences
     assert "port drops 'fp8'" in d.detail and d.upstream_line == 2
@@ -397,3 +420,198 @@ def test_vendor_change_over_a_changed_upstream_is_not_drift(tmp_path: Path) -> N
     port = "def run(q):\n    return vendor_kernel(q)\n"
     _, fc, _ = _run(tmp_path, target, port, base_src=base)
     assert [d.kind for d in fc.differences] == ["changed"]
+
+
+# ---------------------------------------------------------------- noise a maintainer would dismiss
+
+
+def _run_with(tmp_path: Path, upstream_src: str, port_src: str, extra: dict[str, str], base_src: str | None = None):
+    """Like _run, with more port files in scope (rel path under vllm_metax -> source)."""
+    port_root = tmp_path / "port"
+    for rel, src in extra.items():
+        _write(port_root, f"vllm_metax/{rel}", src)
+    comparison, fc, findings = _run(tmp_path, upstream_src, port_src, base_src=base_src)
+    files = (SourceFile(f"vllm_metax/{REL}", "", "glob"), *(SourceFile(f"vllm_metax/{r}", "", "glob") for r in extra))
+    disc = Discovery(port_root, "vllm_metax", files, (), (), (), {})
+    up = comparison.upstream
+    base = comparison.base
+    comparison, findings = compare(disc, AuditConfig(), up, base)
+    fc = next(f for f in comparison.files if f.path == f"vllm_metax/{REL}")
+    return comparison, fc, [f for f in findings if f.location.path == fc.path]
+
+
+SWAP_UP = """\
+from vllm.v1.attention.backends.utils import get_version, is_available, run_kernel
+from vllm.third_party.mla.interface import mla_decode, mla_meta
+
+def f(q):
+    return run_kernel(q, get_version(), is_available(), mla_decode(q), mla_meta(q))
+"""
+SWAP_PORT = """\
+from vllm_metax.v1.attention.backends.utils import get_version, is_available, run_kernel
+from mla_vendor.interface import mla_decode, mla_meta
+
+def f(q):
+    return run_kernel(q, get_version(), is_available(), mla_decode(q), mla_meta(q))
+"""
+
+
+def test_import_block_swapped_to_in_scope_port_module_is_one_info_finding(tmp_path: Path) -> None:
+    _, fc, findings = _run_with(tmp_path, SWAP_UP, SWAP_PORT, {"v1/attention/backends/utils.py": "x = 1\n"})
+    kinds = sorted((d.kind, d.symbol) for d in fc.differences)
+    assert kinds == [("port-module-import", "get_version, is_available, run_kernel"),
+                     ("vendor-kernel-import", "mla_decode, mla_meta")]
+    by_kind = {f.message.split(" in ")[0]: f for f in findings if f.rule == "MXA201"}
+    assert by_kind["port-module-import"].severity.value == "info"
+    assert by_kind["vendor-kernel-import"].severity.value == "warning"
+    assert any("upstream vllm/" in e and ":2" in e for e in by_kind["vendor-kernel-import"].evidence)
+
+
+def test_import_swapped_to_port_module_out_of_scope_stays_a_warning(tmp_path: Path) -> None:
+    _, fc, findings = _run(tmp_path, SWAP_UP, SWAP_PORT)
+    assert ("vendor-kernel-import", "get_version, is_available, run_kernel") in {(d.kind, d.symbol) for d in fc.differences}
+    assert sorted(f.severity.value for f in findings if f.rule == "MXA201") == ["warning", "warning"]
+
+
+@pytest.mark.parametrize(("upstream", "port", "expected", "rules"), [
+    pytest.param(
+        "from vllm.kernels.flash_ops import fast_plan, fast_run\n\ndef f(q):\n    return fast_run(fast_plan(q))\n",
+        "def f(q):\n    return q\n",
+        [("changed", "f")], [("MXA201", "f")],
+        id="dropped kernel import whose users went too is folded into the body change"),
+    pytest.param(
+        "from vllm.kernels.flash_ops import reshape_cache\n\ndef f(q):\n    return reshape_cache(q)\n",
+        "if True:\n    reshape_cache = vendor_ops.reshape_cache\n\ndef f(q):\n    return reshape_cache(q)\n",
+        [("added", "<module>"), ("changed", "reshape_cache")], [("MXA201", "<module>"), ("MXA201", "reshape_cache")],
+        id="name the port binds itself instead of importing is reported at its line"),
+    pytest.param(
+        "def is_supported(v):\n    from vllm.kernels.flash_ops import is_supported as inner\n    return inner(v)\n\n"
+        "def probe():\n    from vllm.kernels.flash_ops import is_supported\n    return is_supported(3)\n",
+        "def is_supported(v):\n    from vllm.kernels.flash_ops import is_supported as inner\n    return inner(v)\n\n"
+        "def probe():\n    return is_supported(3)\n",
+        [], [],
+        id="a name upstream also defines is not the port defining it itself"),
+    pytest.param(
+        "from vllm.logger import init_logger\n\nlogger = init_logger(__name__)\n\ndef f(q):\n    logger.info('x')\n    return q\n",
+        "def f(q):\n    return q\n",
+        [], [],
+        id="removed module logger is cosmetic"),
+    pytest.param(
+        "class Attn(Base):\n    def __init__(self):\n        super().__init__()\n",
+        "class Attn(Base):\n    def __init__(self):\n        super(Attn, self).__init__()\n",
+        [], [],
+        id="super(Cls, self) is super()"),
+])
+def test_noise_is_folded(tmp_path: Path, upstream: str, port: str, expected: list[tuple[str, str]],
+                         rules: list[tuple[str, str]]) -> None:
+    _, fc, findings = _run(tmp_path, upstream, port)
+    assert sorted((d.kind, d.symbol) for d in fc.differences if d.kind != "cosmetic") == expected
+    assert sorted((f.rule, f.location.symbol) for f in findings) == rules
+
+
+def test_bound_name_evidence_has_the_port_line(tmp_path: Path) -> None:
+    up = "from vllm.kernels.flash_ops import reshape_cache\n\ndef f(q):\n    return reshape_cache(q)\n"
+    port = "if True:\n    reshape_cache = vendor_ops.reshape_cache\n\ndef f(q):\n    return reshape_cache(q)\n"
+    _, _, findings = _run(tmp_path, up, port)
+    (f,) = [f for f in findings if f.location.symbol == "reshape_cache"]
+    assert f.location.line == 2 and "defines reshape_cache itself" in f.message
+    assert f"upstream vllm/{REL}:1" in f.evidence
+
+
+def test_members_dropped_at_one_place_are_one_finding(tmp_path: Path) -> None:
+    up = "def keep():\n    return 1\n\ndef a(x):\n    return x\n\ndef b(x):\n    return x\n\ndef c(x):\n    return x\n"
+    port = "def keep():\n    return 1\n"
+    _, fc, findings = _run(tmp_path, up, port)
+    assert sorted(d.symbol for d in fc.differences) == ["a", "b", "c"]  # the inventory keeps each member
+    (f,) = findings
+    assert f.location.symbol == "a, b, c" and "3 upstream members are absent" in f.message
+    assert f.location.line == 3 and sum(e.startswith("also at") for e in f.evidence) == 2
+
+
+def test_methods_and_class_attributes_dropped_at_one_place_are_one_finding(tmp_path: Path) -> None:
+    up = "class Q(Base):\n    x = 1\n\n    def helper(self):\n        return 1\n\n    fwd = make(helper)\n"
+    port = "class Q(Base):\n    x = 1\n"
+    _, fc, findings = _run(tmp_path, up, port)
+    assert sorted((d.kind, d.symbol) for d in fc.differences) == [("class-attribute", "Q.fwd"), ("removed", "Q.helper")]
+    (f,) = findings
+    assert f.location.symbol == "Q" and "2 upstream members" in f.message
+
+
+def test_capability_checks_kept_in_one_function_are_one_finding(tmp_path: Path) -> None:
+    src = """\
+    class Impl:
+        def __init__(self, dtype):
+            cap = current_platform.get_device_capability()
+            self.n = 1
+            if dtype == "fp8" and not current_platform.has_device_capability(89):
+                raise ValueError("fp8")
+            self.m = 2
+            if dtype == "bf16" and not current_platform.has_device_capability(80):
+                raise ValueError("bf16")
+    """
+    _, _, findings = _run(tmp_path, src, src)
+    (f,) = [f for f in findings if f.rule == "MXA202"]
+    assert f.location.line == 3 and "in 3 places" in f.message
+    assert [e for e in f.evidence if e.startswith("also at")] == [
+        f"also at vllm_metax/{REL}:5 (upstream line 5)", f"also at vllm_metax/{REL}:8 (upstream line 8)"]
+
+
+def test_hunks_of_one_function_not_followed_are_one_drift_finding(tmp_path: Path) -> None:
+    base = "def run(q, k):\n    a = q + 1\n    b = k + 1\n    c = a * b\n    return kernel(a, b, c)\n"
+    target = "def run(q, k):\n    a = q + 2\n    b = k + 1\n    c = a * b\n    d = c - 1\n    return kernel(a, b, d)\n"
+    _, fc, findings = _run(tmp_path, target, base, base_src=base)
+    assert [d.kind for d in fc.differences].count("upstream-not-followed") == 2
+    (f,) = [f for f in findings if f.rule == "MXA203"]
+    assert "in 2 places" in f.message and any(e.startswith("also at") for e in f.evidence)
+
+
+def test_changed_hunk_says_where_it_differs(tmp_path: Path) -> None:
+    args = ", ".join(f"arg{i}=value{i}" for i in range(12))
+    up = f"def f(cfg):\n    return Linear({args}, quant_config=cfg)\n"
+    port = f"def f(cfg):\n    return Linear({args}, quant_config=cfg if USE_FP8 else None)\n"
+    _, fc, findings = _run(tmp_path, up, port)
+    (d,) = fc.differences
+    assert d.kind == "changed"
+    # Both texts are cut before the change; the focus names it.
+    assert "quant_config=cfg [upstream: - | port: if USE_FP8 else None]" in d.detail
+    assert "USE_FP8" in findings[0].message
+
+
+@pytest.mark.parametrize(("upstream", "kind", "severity"), [
+    ("def builder():\n    if current_platform.is_rocm() or current_platform.is_xpu():\n        return RocmBuilder\n"
+     "    return DefaultBuilder\n", "foreign-platform-branch", "info"),
+    # With an else branch the port's path changed too: a real difference.
+    ("def builder():\n    if current_platform.is_rocm():\n        return RocmBuilder\n    else:\n        return DefaultBuilder\n",
+     "changed", "warning"),
+])
+def test_dropped_branch_of_another_platform_is_info(tmp_path: Path, upstream: str, kind: str, severity: str) -> None:
+    _, fc, findings = _run(tmp_path, upstream, "def builder():\n    return DefaultBuilder\n")
+    assert [d.kind for d in fc.differences] == [kind]
+    assert [f.severity.value for f in findings] == [severity]
+
+
+def test_dropped_branch_of_a_cuda_check_stays_a_warning(tmp_path: Path) -> None:
+    up = "def builder():\n    if current_platform.is_cuda():\n        return CudaBuilder\n    return DefaultBuilder\n"
+    _, fc, findings = _run(tmp_path, up, "def builder():\n    return DefaultBuilder\n")
+    assert [d.kind for d in fc.differences] == ["removed"]
+    assert [f.severity.value for f in findings] == ["warning"]
+
+
+def test_foreign_branch_upstream_added_after_base_is_not_drift(tmp_path: Path) -> None:
+    base = "def builder():\n    return DefaultBuilder\n"
+    target = "def builder():\n    if current_platform.is_rocm():\n        return RocmBuilder\n    return DefaultBuilder\n"
+    _, fc, findings = _run(tmp_path, target, base, base_src=base)
+    assert [d.kind for d in fc.differences] == ["foreign-platform-branch"]
+    assert [f.rule for f in findings] == ["MXA201"] and findings[0].severity.value == "info"
+
+
+def test_renaming_classes_leaves_the_shared_parse_untouched(tmp_path: Path) -> None:
+    from metax_audit.pysource import cached_parse
+
+    up = "class FlashBackend:\n    pass\n\ndef backend():\n    return FlashBackend\n"
+    port = "class MacaFlashBackend:\n    pass\n\ndef backend():\n    return MacaFlashBackend\n"
+    _, fc, _ = _run(tmp_path, up, port)
+    assert fc.class_map == {"MacaFlashBackend": "FlashBackend"} and fc.differences == ()
+    # Later stages (checks) read the same cached tree: they must see the port's own names.
+    _, tree = cached_parse(tmp_path / "port" / f"vllm_metax/{REL}")
+    assert {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} == {"MacaFlashBackend"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import io
 import re
 import tokenize
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 from metax_audit.checks.stack import parse_file
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity
+from metax_audit.pysource import iter_tokens, walk_nodes
 
 rule("MXA140", Category.CLAIM, Severity.INFO, "capability claim is only a comment",
      "The comment states what the code supports, but the statement it sits on neither raises, asserts nor switches "
@@ -28,10 +28,20 @@ rule("MXA142", Category.CLAIM, Severity.WARNING, "comment says a feature is unsu
 _CLAIM = re.compile(
     r"\b(?:(?:does|do|did|will|would|can|could|is|are)\s*(?:not|n't)\s+(?:yet\s+)?(?:support|handle|work|express|be\s+supported)\w*"
     r"|won't\s+support\w*|not\s+(?:yet\s+)?(?:supported|implemented|available)|unsupported|cannot|can't"
-    r"|only\s+(?:supports?|works?|handles?|accepts?)|(?:is|are|now|also|fully)\s+supported|supports?\s+only"
-    r"|(?:non-)?contiguous)\b",
+    r"|only\s+(?:supports?|works?|handles?|accepts?)|(?:is|are|now|also|fully)\s+supported|supports?\s+only)\b",
     re.IGNORECASE,
 )
+# "contiguous" is a layout claim when it is stated as a requirement or as a property of the line it
+# trails; in a block comment it mostly describes ("contiguous requests", "write to a contiguous buffer").
+_LAYOUT = re.compile(
+    r"\b(?:(?:must|should|needs?\s+to|has\s+to|have\s+to)\s+be\s+(?:non-)?contiguous"
+    r"|(?:requires?|expects?|assumes?)\s+(?:\w+\s+)?(?:non-)?contiguous|(?:is|are)\s+(?:not\s+)?(?:non-)?contiguous)\b",
+    re.IGNORECASE,
+)
+_CONTIGUOUS = re.compile(r"\b(?:non-)?contiguous\b", re.IGNORECASE)
+_CONDITION = re.compile(r"\b(?:if|whether|when|unless|so)\b", re.IGNORECASE)
+# Calls that adapt the input to a kernel limit ("only supports h_q 64 or 128, so pad"): the claim is handled.
+_ADAPT = re.compile(r"(?:^|_)(?:pad|padded|round_down|round_up|align|align_to)(?:_|$)|^pad", re.IGNORECASE)
 _NEGATIVE = re.compile(r"not|n't|unsupported|cannot|can't", re.IGNORECASE)
 # Names a negative claim lists: `backticked` identifiers, or bullet items ("- Name", "* name").
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?:^|\s)[-*]\s+([A-Za-z_][\w.]*)\b(?=\s|$)")
@@ -52,7 +62,7 @@ def _comments(source: str) -> list[tuple[int, str, bool]]:
     out: list[tuple[int, str, bool]] = []
     code_on: set[int] = set()
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in iter_tokens(source):
             if tok.type == tokenize.COMMENT:
                 out.append((tok.start[0], tok.string.lstrip("#").strip(), tok.start[0] in code_on))
             elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING):
@@ -85,16 +95,29 @@ def claims_in(source: str) -> list[Claim]:
         texts = [_FENCE.sub(" ", t).strip() for _, t, _ in block if t and not _is_code(t) and "http" not in t and "SPDX" not in t]
         texts = [t for t in texts if t]
         joined = " ".join(texts)
-        m = _CLAIM.search(joined)
+        m = _first_claim(joined, trailing=block[0][2])
         if m:
             out.append(Claim(block[0][0], block[-1][0], joined, m.group(0), block[0][2]))
     return out
 
 
+def _first_claim(text: str, trailing: bool) -> re.Match[str] | None:
+    """The first phrase that states a capability; one inside a condition or purpose clause ("check if
+    X is supported", "when TRTLLM is not supported, fall back", "so the two cannot drift") describes
+    a branch, not what the code supports."""
+    patterns = [_CLAIM, _LAYOUT] + ([_CONTIGUOUS] if trailing else [])
+    found = sorted((m for p in patterns for m in p.finditer(text)), key=lambda m: m.start())
+    for m in found:
+        clause = re.split(r"[.;:,()]", text[: m.start()])[-1]
+        if not _CONDITION.search(clause):
+            return m
+    return None
+
+
 def _statements(tree: ast.Module) -> list[tuple[int, int, int, ast.stmt]]:
     """(first line, end line, breadth-first rank, stmt) of every statement, sorted by first line."""
     out = []
-    for rank, node in enumerate(n for n in ast.walk(tree) if isinstance(n, ast.stmt)):
+    for rank, node in enumerate(n for n in walk_nodes(tree) if isinstance(n, ast.stmt)):
         first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
         out.append((first, node.end_lineno or node.lineno, rank, node))
     out.sort(key=lambda t: (t[0], t[2]))
@@ -132,12 +155,14 @@ def _enforcement(stmt: ast.stmt, claim: Claim) -> tuple[int, str] | None:
         if contiguous and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in {"contiguous", "is_contiguous"}:
             return line, ast.unparse(node)[:80]
+        if isinstance(node, ast.Call) and _ADAPT.search(ast.unparse(node.func).rsplit(".", 1)[-1]):
+            return line, ast.unparse(node)[:80] + " (adapts the input to the limit)"
     return None
 
 
 def _uses(tree: ast.Module) -> dict[str, list[int]]:
     uses: dict[str, list[int]] = {}
-    for node in ast.walk(tree):
+    for node in walk_nodes(tree):
         name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if name:
             uses.setdefault(name, []).append(node.lineno)

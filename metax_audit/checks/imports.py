@@ -10,6 +10,7 @@ from pathlib import Path
 from metax_audit.checks.stack import build_note, parse_file, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity, StackFacts
+from metax_audit.pysource import walk_nodes
 
 rule("MXA120", Category.IMPORT, Severity.ERROR, "port imports a name the installed kernel package does not provide",
      "Importing the module fails with ImportError (or AttributeError on use) against the installed package. "
@@ -33,7 +34,7 @@ class ImportedName:
 
 def _guarded_lines(tree: ast.Module) -> set[int]:
     lines: set[int] = set()
-    for node in ast.walk(tree):
+    for node in walk_nodes(tree):
         if isinstance(node, ast.Try):
             names = {ast.unparse(h.type) for h in node.handlers if h.type is not None}
             if not node.handlers or any(n in {"ImportError", "ModuleNotFoundError", "Exception"} or "ImportError" in n for n in names) or any(h.type is None for h in node.handlers):
@@ -51,7 +52,7 @@ def imported_names(root: Path, paths: Sequence[str], packages: Sequence[str]) ->
         if tree is None:
             continue  # unparsable files are reported by discovery (MXA001)
         guarded = _guarded_lines(tree)
-        for node in ast.walk(tree):
+        for node in walk_nodes(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in tops:
                 for alias in node.names:
                     if alias.name != "*":

@@ -32,7 +32,8 @@ rule("MXA104", Category.SIGNATURE, Severity.ERROR, "call binds an argument twice
      "Python rejects the call with TypeError (multiple values for an argument, or a positional-only name used as keyword).")
 rule("MXA105", Category.SIGNATURE, Severity.WARNING, "positional argument lands on a different installed parameter than upstream's call passes it to",
      "Upstream's call of the same callee passes this value by a keyword (or at another position) whose name differs "
-     "from the installed parameter at this position: the value's meaning moved. Pass it by keyword.")
+     "from the installed parameter at this position: the value's meaning moved. Pass it by keyword. One finding per "
+     "call; an error when the port passes positionals upstream's call does not (the call follows an older signature).")
 rule("MXA106", Category.SIGNATURE, Severity.INFO, "call site could not be checked against the installed kernel",
      "Introspection of the callee failed (import error, hang, crash, no signature); this is not evidence of missing "
      "support. Capture a stack manifest on a machine where the kernel imports (`evidence --capture-stack`).")
@@ -215,6 +216,7 @@ def _moved(call: CallSite, b: Binding, target: str, both: tuple[str, ...], upstr
         return
     up_by_text = {a.text: a for a in up.args if not a.commented_out}
     up_pos = [a for a in (*up.partial_args, *up.args) if a.name is None and not a.commented_out]
+    moved: list[tuple[int, str]] = []
     for i, (arg, param) in enumerate(b.positional):
         if param is None or param.kind == "VAR_POSITIONAL":
             continue
@@ -228,8 +230,19 @@ def _moved(call: CallSite, b: Binding, target: str, both: tuple[str, ...], upstr
             why = f"upstream passes it at position {landed}"
         else:
             continue
-        yield make_finding("MXA105", _loc(call, f"pos{i}"),
-                           f"{call.callee_text}: positional {arg.text!r} binds to installed parameter {param.name!r}; {why}",
-                           [*both, f"upstream: {up.location}: {up.callee_text}(" + ", ".join(
-                               (f"{a.name}={a.text}" if a.name else a.text) for a in up.args) + ")",
-                            f"upstream positional count: {len(up_pos)}"])
+        moved.append((i, f"positional {arg.text!r} binds to installed parameter {param.name!r}; {why}"))
+    if not moved:
+        return
+    # One shifted call is one finding: an inserted or dropped positional moves every value after it.
+    extra = [a.text for a, _ in b.positional if a.text not in up_by_text]
+    cause = f" (the port's positional(s) {', '.join(map(repr, extra))} are not in upstream's call)" if extra else ""
+    # More positionals than upstream's call, shifting values it shares with upstream onto other installed
+    # parameters: the call follows an older signature of the kernel and breaks or computes wrong values.
+    stale = bool(extra) and len(b.positional) > len(up_pos)
+    yield make_finding("MXA105", _loc(call, f"pos{moved[0][0]}"),
+                       f"{call.callee_text}: " + "; ".join(m for _, m in moved) + cause,
+                       [*both, f"upstream: {up.location}: {up.callee_text}(" + ", ".join(
+                           (f"{a.name}={a.text}" if a.name else a.text) for a in up.args) + ")",
+                        f"port positional count: {len(b.positional)}, upstream positional count: {len(up_pos)}"
+                        + ("; the port's call follows an older signature of the installed callable" if stale else "")],
+                       severity=Severity.ERROR if stale else None)

@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from metax_audit.models import CallableFact, CallSite, Discovery, Finding, StackFacts, TraceResult
+from metax_audit.pysource import cached_parse
 
 
 def usable(fact: CallableFact | None) -> bool:
@@ -52,8 +53,8 @@ def parse_file(path: str) -> ast.Module | None:
 @lru_cache(maxsize=512)
 def _parse(path: str, stamp: tuple[int, int]) -> ast.Module | None:  # stamp: re-read a changed file
     try:
-        return ast.parse(Path(path).read_text(encoding="utf-8", errors="replace"))
-    except (OSError, SyntaxError, ValueError):
+        return cached_parse(path)[1]  # shared with the other stages, read-only
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 

@@ -22,6 +22,7 @@ from metax_audit.trace.resolve import (
     Unknown,
     Val,
     Vals,
+    decorators,
     first_unknown,
     known,
 )
@@ -113,7 +114,7 @@ def _call_args(call: ast.Call, info: ModuleInfo, skip_first: int) -> tuple[tuple
 def commented_args(call: ast.Call, info: ModuleInfo) -> list[CallArg]:
     """`# name=value,` lines inside this call's parentheses (not inside a nested call's)."""
     end = getattr(call, "end_lineno", None)
-    if end is None or end == call.lineno:
+    if end is None or end == call.lineno or not info.has_comment_between(call.lineno, end):
         return []
     comments = info.comment_lines()
     if not comments:
@@ -168,7 +169,7 @@ class Walker:
         self.budget.analysed += 1
         scope = Scope.of(fn.info, fn.node, owner=fn.owner, bindings=bindings, parent=fn.closure)
         if fn.bound is not None and fn.node.args.args and fn.node.args.args[0].arg not in scope.bindings:
-            decos = {ast.unparse(d) for d in fn.node.decorator_list}
+            decos = decorators(fn.node)
             if "staticmethod" not in decos:
                 scope.bindings[fn.node.args.args[0].arg] = (fn.bound,) if not isinstance(fn.bound, Super) else (fn.bound.inst,)
         self.out.walked.setdefault(fn.dotted, fn)
@@ -383,7 +384,7 @@ class Walker:
     def _bind_args(self, target: Func, call: ast.Call, scope: Scope) -> dict[str, Vals]:
         a = target.node.args
         params = [p.arg for p in [*a.posonlyargs, *a.args]]
-        decos = {ast.unparse(d) for d in target.node.decorator_list}
+        decos = decorators(target.node)
         if target.owner is not None and "staticmethod" not in decos and params:
             if target.bound is not None:
                 b = target.bound.inst if isinstance(target.bound, Super) else target.bound

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ast
-import io
 import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from metax_audit.pysource import cached_parse, iter_tokens
 
 # griffe could load the same structure, but the tracer needs the raw function bodies, the import
 # statements nested inside functions and the comment lines inside calls; one ast pass per file
@@ -27,26 +28,36 @@ class ModuleInfo:
     defs: dict[str, ast.AST] = field(default_factory=dict)  # ClassDef / FunctionDef by name
     assigns: dict[str, ast.expr] = field(default_factory=dict)  # NAME = expr at module level
     _comments: dict[int, str] | None = None
+    _lines: list[str] | None = None
 
     @property
     def package(self) -> str:
         return self.name if self.is_package else self.name.rpartition(".")[0]
 
     def comment_lines(self) -> dict[int, str]:
-        """Line -> text of comments that stand alone on their line (tokenize keeps what ast drops)."""
+        """Line -> text of comments that stand alone on their line (tokenize keeps what ast drops).
+
+        Lines that merely look like comments are found by a line scan; tokenize, which is slow,
+        runs only when there is at least one, to drop look-alikes inside multi-line strings."""
         if self._comments is None:
-            out: dict[int, str] = {}
             lines = self.source.splitlines()
-            try:
-                for tok in tokenize.generate_tokens(io.StringIO(self.source).readline):
-                    if tok.type == tokenize.COMMENT:
-                        row, col = tok.start
-                        if lines[row - 1][:col].strip() == "":
-                            out[row] = tok.string
-            except (tokenize.TokenError, SyntaxError, IndexError):
-                out = {}
+            candidates = {i + 1 for i, line in enumerate(lines) if line.lstrip().startswith("#")}
+            out: dict[int, str] = {}
+            if candidates:
+                try:
+                    for tok in iter_tokens(self.source):
+                        if tok.type == tokenize.COMMENT and tok.start[0] in candidates:
+                            out[tok.start[0]] = tok.string
+                except (tokenize.TokenError, SyntaxError, IndexError):
+                    out = {}
             self._comments = out
         return self._comments
+
+    def has_comment_between(self, first: int, last: int) -> bool:
+        """Cheap pre-check before comment_lines(): any line in [first, last] starting with '#'."""
+        lines = self.source.splitlines() if self._lines is None else self._lines
+        self._lines = lines
+        return any(lines[i].lstrip().startswith("#") for i in range(max(first - 1, 0), min(last, len(lines))))
 
 
 def resolve_relative(package: str, level: int, module: str | None) -> str:
@@ -111,6 +122,7 @@ class ModuleIndex:
         self.max_bytes = max_bytes
         self._cache: dict[str, ModuleInfo | None] = {}
         self.skips: dict[str, Skip] = {}
+        self._texts: dict[str, str] = {}
 
     def origin_of(self, dotted: str) -> str | None:
         top = dotted.split(".")[0]
@@ -157,11 +169,13 @@ class ModuleIndex:
             name = parts[i]
             if self.exists(".".join(parts[: i + 1])):
                 return True  # a submodule
-            try:
-                text = found[1].read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                return None
-            return re.search(rf"\b{re.escape(name)}\b", text) is not None
+            key = str(found[1])
+            if key not in self._texts:
+                try:
+                    self._texts[key] = found[1].read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    return None
+            return re.search(rf"\b{re.escape(name)}\b", self._texts[key]) is not None
         return None
 
     def module_for_path(self, rel: str) -> ModuleInfo | None:
@@ -177,8 +191,7 @@ class ModuleIndex:
             if size > self.max_bytes:
                 self.skips[rel] = Skip(rel, f"not traced: {size} bytes, over the {self.max_bytes}-byte limit for generated files")
                 return None
-            source = path.read_text(encoding="utf-8")
-            tree = ast.parse(source, filename=rel)
+            source, tree = cached_parse(path)  # shared with the other stages; never mutated
         except SyntaxError as exc:
             self.skips[rel] = Skip(rel, f"syntax error at line {exc.lineno}: {exc.msg}")
             return None

@@ -182,6 +182,14 @@ def _index_function(info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionD
     return assigns, lazy, params, loopvars, localdefs
 
 
+def decorators(node: ast.AST) -> frozenset[str]:
+    cached = getattr(node, "_mxa_decos", None)
+    if cached is None:
+        cached = frozenset(ast.unparse(d) for d in getattr(node, "decorator_list", []))
+        node._mxa_decos = cached  # type: ignore[attr-defined]
+    return cached
+
+
 def _targets(t: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]]:
     if isinstance(t, ast.Name):
         return [(t.id, value)]
@@ -511,7 +519,7 @@ class Resolver:
         assert node is not None
         arg = scope.params[ident]
         first = (node.args.posonlyargs + node.args.args)[:1]
-        decos = {ast.unparse(d) for d in node.decorator_list}
+        decos = decorators(node)
         if first and first[0] is arg and scope.owner is not None and "staticmethod" not in decos:
             return (scope.owner,) if "classmethod" in decos else (Inst(scope.owner),)
         if arg.annotation is not None:

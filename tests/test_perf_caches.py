@@ -1,0 +1,187 @@
+# The process-wide source cache (one read, parse and tokenize per file) and the on-disk cache of
+# stack facts: hits return the same thing, a changed file or distribution is never served stale.
+from __future__ import annotations
+
+import ast
+import io
+import os
+import sys
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from metax_audit import introspect as introspect_mod
+from metax_audit import pysource
+from metax_audit.models import StackFacts
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    pysource.clear_source_cache()
+
+
+def _bump(path: Path, text: str) -> None:
+    """Rewrite `path` and move its mtime forward, so a same-size edit within one clock tick counts."""
+    st = path.stat()
+    path.write_text(text, encoding="utf-8")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def test_parse_is_shared_until_the_file_changes(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("def f(a):\n    return a\n", encoding="utf-8")
+    text, tree = pysource.cached_parse(f)
+    again_text, again_tree = pysource.cached_parse(str(f))
+    assert again_tree is tree and again_text is text
+    assert pysource.cached_text(f) is text
+    _bump(f, "def g(b):\n    return b\n")  # same size, new content
+    _, fresh = pysource.cached_parse(f)
+    assert fresh is not tree
+    assert isinstance(fresh.body[0], ast.FunctionDef) and fresh.body[0].name == "g"
+
+
+def test_parse_failures_are_remembered_and_raised_like_ast(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(:\n", encoding="utf-8")
+    for _ in range(2):
+        with pytest.raises(SyntaxError) as info:
+            pysource.cached_parse(bad)
+        assert info.value.lineno == 1
+    undecodable = tmp_path / "latin.py"
+    undecodable.write_bytes(b"x = '\xff'\n")
+    with pytest.raises(UnicodeDecodeError):
+        pysource.cached_parse(undecodable)
+    with pytest.raises(OSError):
+        pysource.cached_parse(tmp_path / "missing.py")
+    _bump(bad, "def f(a):\n    pass\n")
+    assert pysource.cached_parse(bad)[1].body
+
+
+@pytest.mark.parametrize(
+    ("content", "max_bytes"),
+    [
+        ("import os\n# note\nx = 1\n", 10_000),
+        ("def f(:\n", 10_000),
+        ("x = 1\n" * 50, 20),
+        ("# -*- coding: latin-1 -*-\ns = 'caf\xe9'\n", 10_000),
+    ],
+)
+def test_read_source_cached_matches_read_source(tmp_path: Path, content: str, max_bytes: int) -> None:
+    encoding = "latin-1" if "latin-1" in content else "utf-8"
+    (tmp_path / "m.py").write_bytes(content.encode(encoding))
+    plain = pysource.read_source(tmp_path, "m.py", max_bytes)
+    cached = pysource.read_source_cached(tmp_path, "m.py", max_bytes)
+    assert (cached.path, cached.text, cached.error, cached.lines) == (plain.path, plain.text, plain.error, plain.lines)
+    assert (cached.tree is None) == (plain.tree is None)
+    if plain.tree is not None:
+        assert ast.dump(cached.tree) == ast.dump(plain.tree)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["x = 1  # trailing\n# alone\ny = (2,\n", "def f():\n    pass\n  bad\n", "s = '''\n"])
+def test_iter_tokens_replays_tokenize_including_its_error(text: str) -> None:
+    def collect(tokens: object) -> tuple[list[tuple[int, str]], str | None]:
+        out: list[tuple[int, str]] = []
+        try:
+            for tok in tokens:  # type: ignore[attr-defined]
+                out.append((tok.type, tok.string))
+        except (tokenize.TokenError, SyntaxError) as exc:
+            return out, type(exc).__name__
+        return out, None
+
+    expected = collect(tokenize.generate_tokens(io.StringIO(text).readline))
+    assert collect(pysource.iter_tokens(text)) == expected
+    assert collect(pysource.iter_tokens(text)) == expected  # the cached replay too
+
+
+# ---------------------------------------------------------------- stack facts on disk
+
+
+def _kernel(site: Path, params: str) -> Path:
+    pkg = site / "mxa_fake_kernel"
+    pkg.mkdir(parents=True, exist_ok=True)
+    init = pkg / "__init__.py"
+    if init.exists():
+        _bump(init, f"def run({params}):\n    return q\n")
+    else:
+        init.write_text(f"def run({params}):\n    return q\n", encoding="utf-8")
+    return init
+
+
+def _facts(site: Path, port_root: Path) -> StackFacts:
+    return introspect_mod.introspect(
+        ["mxa_fake_kernel.run", "mxa_fake_port.ops.call"], python=sys.executable, extra_path=(site,),
+        static_roots=(port_root,), never_import=("mxa_fake_port",), cache=True, timeout=60)
+
+
+def test_stack_facts_are_cached_and_invalidated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("METAX_AUDIT_CACHE", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    _kernel(site, "q, k, *, scale=1.0")
+    port = tmp_path / "snap" / "mxa_fake_port"
+    port.mkdir(parents=True)
+    (port / "__init__.py").write_text("", encoding="utf-8")
+    ops = port / "ops.py"
+    ops.write_text("def call(x):\n    return x\n", encoding="utf-8")
+
+    cold = _facts(site, tmp_path / "snap")
+    assert cold.source == "import" and cold.cache_entry is None
+    assert cold.facts["mxa_fake_kernel.run"].status == "ok"
+    assert [p.name for p in cold.facts["mxa_fake_kernel.run"].params or ()] == ["q", "k", "scale"]
+    assert len(list((tmp_path / "cache" / "stack").glob("*.json"))) == 1
+
+    warm = _facts(site, tmp_path / "snap")
+    assert warm.source == "import" and warm.cache_entry is not None
+    assert warm.facts == cold.facts
+    assert list(warm.facts) == list(cold.facts)
+
+    # the port under review is never served from the cache
+    _bump(ops, "def call(x, y):\n    return x\n")
+    warm2 = _facts(site, tmp_path / "snap")
+    assert warm2.cache_entry is not None
+    assert [p.name for p in warm2.facts["mxa_fake_port.ops.call"].params or ()] == ["x", "y"]
+
+    # an edited kernel package (no installed metadata beside it) is read again
+    _kernel(site, "q, k, v, *, scale=1.0")
+    edited = _facts(site, tmp_path / "snap")
+    assert edited.cache_entry is None
+    assert [p.name for p in edited.facts["mxa_fake_kernel.run"].params or ()] == ["q", "k", "v", "scale"]
+
+
+def test_a_changed_distribution_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("METAX_AUDIT_CACHE", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    _kernel(site, "q")
+    record = site / "mxa_fake_kernel-1.0.dist-info" / "RECORD"
+    record.parent.mkdir()
+    record.write_text("mxa_fake_kernel/__init__.py,,\n", encoding="utf-8")
+    (tmp_path / "snap").mkdir()
+    assert _facts(site, tmp_path / "snap").cache_entry is None
+    assert _facts(site, tmp_path / "snap").cache_entry is not None
+    _bump(record, "mxa_fake_kernel/__init__.py,sha256=x,1\n")  # what pip does on a reinstall
+    assert _facts(site, tmp_path / "snap").cache_entry is None
+    (record.parent).rename(site / "mxa_fake_kernel-2.0.dist-info")  # an upgrade
+    assert _facts(site, tmp_path / "snap").cache_entry is None
+    assert _facts(site, tmp_path / "snap").cache_entry is not None
+
+
+def test_timeouts_are_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("METAX_AUDIT_CACHE", str(tmp_path / "cache"))
+    site = tmp_path / "site"
+    (site / "mxa_slow_kernel").mkdir(parents=True)
+    (site / "mxa_slow_kernel" / "__init__.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
+    facts = introspect_mod.introspect(["mxa_slow_kernel.run"], python=sys.executable, extra_path=(site,),
+                                      cache=True, timeout=1.5)
+    assert facts.facts["mxa_slow_kernel.run"].status == "timeout"
+    assert not list((tmp_path / "cache" / "stack").glob("*.json"))
+
+
+def test_walk_nodes_lists_ast_walk_once_per_tree(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("class A:\n    def f(self, x):\n        return [y for y in x]\n", encoding="utf-8")
+    _, tree = pysource.cached_parse(f)
+    nodes = pysource.walk_nodes(tree)
+    assert list(nodes) == list(ast.walk(tree))
+    assert pysource.walk_nodes(tree) is nodes
+    other = ast.parse(f.read_text(encoding="utf-8"))
+    assert pysource.walk_nodes(other) is not nodes  # a different tree, even with the same text
