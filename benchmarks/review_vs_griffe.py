@@ -50,9 +50,12 @@ def main() -> int:
     warm_cache = tempfile.mkdtemp(prefix="mxa-bench-cache-")
     subprocess.run(wrapped, cwd=args.repo, capture_output=True, env={**os.environ, "CI": "1", "METAX_AUDIT_CACHE": warm_cache})
     rows = {}
-    for name, cmd in (("griffe", griffe), ("review_cold", wrapped), ("review_warm", wrapped)):
-        walls, peaks, selfs, codes = [], [], [], []
-        for _ in range(args.repeat):
+    results: dict[str, tuple[list, list, list, list]] = {}
+    # Repeats are interleaved (griffe, cold, warm, griffe, ...) so that load from anything else on
+    # the machine weighs on all three alike.
+    for _ in range(args.repeat):
+        for name, cmd in (("griffe", griffe), ("review_cold", wrapped), ("review_warm", wrapped)):
+            walls, peaks, selfs, codes = results.setdefault(name, ([], [], [], []))
             cache = tempfile.mkdtemp(prefix="mxa-bench-cold-") if name == "review_cold" else warm_cache
             # ru_maxrss of children is a high-water mark over all children: measure each run in
             # a fresh interpreter so each figure is its own.
@@ -73,6 +76,7 @@ def main() -> int:
                 selfs.append(own)
             if name == "review_cold":
                 shutil.rmtree(cache, ignore_errors=True)
+    for name, (walls, peaks, selfs, codes) in results.items():
         rows[name] = {"median_s": round(statistics.median(walls), 3), "runs_s": [round(w, 3) for w in walls],
                       "peak_rss_mb_largest_process": round(max(peaks) / 1024, 1), "exit_codes": codes}
         if selfs:

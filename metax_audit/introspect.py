@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from metax_audit import subproc
-from metax_audit.errors import IntrospectError
+from metax_audit.errors import IntrospectError, SubprocessError
 from metax_audit.models import CallableFact, Discovery, ParamFact, StackFacts, TraceResult
 
 WORKER = Path(__file__).with_name("introspect_worker.py")
@@ -31,7 +32,7 @@ def introspect(
     extra_path: Sequence[Path] = (),
     static_roots: Sequence[Path] = (),
     never_import: Sequence[str] = (),
-    cache: bool = False,
+    cache: bool | CachePlan = False,
 ) -> StackFacts:
     """Facts about each dotted target as the interpreter `python` sees it (default: this one).
 
@@ -51,7 +52,9 @@ def introspect(
     interpreter = python or sys.executable
     wanted = list(dict.fromkeys(targets))
     if cache:
-        return _introspect_cached(wanted, interpreter, timeout, extra_path, static_roots, never_import)
+        plan = cache if isinstance(cache, CachePlan) else plan_cache(
+            wanted, python=interpreter, extra_path=extra_path, static_roots=static_roots, never_import=never_import)
+        return _introspect_cached(wanted, interpreter, timeout, extra_path, static_roots, never_import, plan)
     facts: dict[str, CallableFact] = {}
     meta: dict[str, Any] = {}
     distributions: dict[str, dict[str, str]] = {}
@@ -251,24 +254,50 @@ def stack_cache_dir() -> Path:
     return cache_root() / "stack"
 
 
-def _introspect_cached(
-    wanted: list[str], interpreter: str, timeout: float, extra_path: Sequence[Path], static_roots: Sequence[Path],
-    never_import: Sequence[str],
-) -> StackFacts:
+@dataclass(frozen=True)
+class CachePlan:
+    """Which targets introspect(cache=...) may serve from the stack cache, and the entry that holds
+    them. Computing it stats every distribution: do it on the calling thread, not on one that
+    competes for the GIL with busy static stages (each stat there waits for a GIL switch)."""
+
+    port: tuple[str, ...]  # the port's own targets: always read afresh from the snapshot
+    stack: tuple[str, ...]
+    roots: tuple[Path, ...]  # the static roots that can matter to `stack`
+    entry: Path | None  # None: the fingerprint could not be taken, nothing is cached
+
+
+def plan_cache(
+    targets: Sequence[str],
+    *,
+    python: str | None = None,
+    extra_path: Sequence[Path] = (),
+    static_roots: Sequence[Path] = (),
+    never_import: Sequence[str] = (),
+) -> CachePlan:
+    """The stack-cache entry for these targets as `python` would see them (see introspect)."""
+    interpreter = python or sys.executable
+    wanted = list(dict.fromkeys(targets))
     own = {t.split(".")[0] for t in never_import}
     port = [t for t in wanted if t.split(".")[0] in own]
     stack = [t for t in wanted if t.split(".")[0] not in own]
     # The snapshot is a fresh temp dir each run: it only matters to the stack targets when it holds
     # one of their packages, so otherwise it stays out of their request and of the key.
     tops = sorted({t.split(".")[0] for t in stack})
-    roots = [r for r in static_roots if not any((Path(r) / o).exists() for o in own)
+    roots = [Path(r) for r in static_roots if not any((Path(r) / o).exists() for o in own)
              or any((Path(r) / t).exists() or (Path(r) / f"{t}.py").exists() for t in tops)]
+    key = _cache_key(interpreter, stack, extra_path, roots, tops) if stack else None
+    return CachePlan(tuple(port), tuple(stack), tuple(roots), stack_cache_dir() / f"{key}.json" if key else None)
+
+
+def _introspect_cached(
+    wanted: list[str], interpreter: str, timeout: float, extra_path: Sequence[Path], static_roots: Sequence[Path],
+    never_import: Sequence[str], plan: CachePlan,
+) -> StackFacts:
+    port, stack, roots, path = list(plan.port), list(plan.stack), list(plan.roots), plan.entry
     facts: dict[str, CallableFact] = {}
     parts: list[StackFacts] = []
     cached: Path | None = None
     if stack:
-        key = _cache_key(interpreter, stack, extra_path, roots, tops)
-        path = stack_cache_dir() / f"{key}.json" if key else None
         hit = _read_cache(path) if path is not None else None
         if hit is None:
             hit = introspect(stack, python=interpreter, timeout=timeout, extra_path=extra_path, static_roots=roots)
@@ -303,13 +332,13 @@ def _cache_key(interpreter: str, targets: list[str], extra_path: Sequence[Path],
     cannot be read (then nothing is cached)."""
     import hashlib
 
-    done = subproc.run([interpreter, "-c", "import json, sys; print(json.dumps(sys.path))"],
-                       env={"PYTHONSAFEPATH": "1"}, timeout=30)
     try:
+        done = subproc.run([interpreter, "-c", "import json, sys; print(json.dumps(sys.path))"],
+                           env={"PYTHONSAFEPATH": "1"}, timeout=30)
         sys_path = [str(p) for p in json.loads(done.stdout)]
-    except ValueError:
-        return None
-    real = Path(interpreter).resolve()
+    except (SubprocessError, ValueError, TypeError):
+        return None  # the worker run reports a broken interpreter in its own words
+    real = Path(shutil.which(interpreter) or interpreter).resolve()  # a bare "python3" is found on PATH
     try:
         st = real.stat()
     except OSError:
@@ -346,6 +375,10 @@ def _path_entry_fingerprint(entry: Path, tops: list[str]) -> list[Any]:
                     continue
                 dists.append([name, candidate.name, cst.st_size, cst.st_mtime_ns])
                 break
+            if name.endswith(".dist-info"):
+                source = _editable_source(meta, tops)
+                if source is not None:  # RECORD does not change when the checkout's files do
+                    dists.append([name, "editable", _tree_fingerprint(source, (".py", ".so", ".pyd"))])
     installed = any(n.endswith(".dist-info") for n in names)
     found = []
     for top in tops:
@@ -355,20 +388,45 @@ def _path_entry_fingerprint(entry: Path, tops: list[str]) -> list[Any]:
     return [str(entry), dists, found]
 
 
+def _editable_source(meta: Path, tops: list[str]) -> Path | None:
+    """The project directory of an editable install (PEP 660 direct_url.json) that provides one of
+    `tops`, judged by its top_level.txt or its distribution name."""
+    try:
+        direct = json.loads((meta / "direct_url.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    url = direct.get("url", "") if isinstance(direct, dict) else ""
+    if not (isinstance(direct.get("dir_info"), dict) and direct["dir_info"].get("editable")) or not url.startswith("file://"):
+        return None
+    try:
+        provided = set((meta / "top_level.txt").read_text(encoding="utf-8").split())
+    except OSError:
+        provided = set()
+    dist = meta.name.split("-")[0].lower().replace(".", "_")
+    if not any(t in provided or dist.startswith(t.lower()) for t in tops):
+        return None
+    from urllib.parse import unquote, urlparse
+
+    return Path(unquote(urlparse(url).path))
+
+
 def _dir_stat(path: Path) -> list[int]:
     st = path.stat()
     return [st.st_size, st.st_mtime_ns]
 
 
-def _tree_fingerprint(root: Path) -> list[Any]:
-    """(files, total size, newest mtime) under `root`: one stat per file, no reads."""
+def _tree_fingerprint(root: Path, suffixes: tuple[str, ...] | None = None) -> list[Any]:
+    """(files, total size, newest mtime) under `root` (only names ending in `suffixes` when given):
+    one stat per file, no reads; hidden directories and __pycache__ are skipped."""
     if root.is_file():
         st = root.stat()
         return [str(root), 1, st.st_size, st.st_mtime_ns]
     count = size = newest = 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
         for name in filenames:
+            if suffixes is not None and not name.endswith(suffixes):
+                continue
             try:
                 st = os.stat(os.path.join(dirpath, name))
             except OSError:

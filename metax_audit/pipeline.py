@@ -255,12 +255,17 @@ def _introspect(
         return lambda: None
     progress.stage("introspect", f"{len(targets)} entry points")
     index, started = len(run.stages), time.perf_counter()
+    # The port is read from the snapshot, never imported: an installed copy is not what is under review.
+    never_import = (config.port_package,)
+    cache: bool | introspect_mod.CachePlan = False
+    if not options.extra_path:
+        cache = introspect_mod.plan_cache(targets, python=options.python, extra_path=options.extra_path,
+                                          static_roots=options.static_roots, never_import=never_import)
 
     def work() -> tuple[StackFacts, float]:
-        # The port is read from the snapshot, never imported: an installed copy is not what is under review.
         facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
                                           extra_path=options.extra_path, static_roots=options.static_roots,
-                                          never_import=(config.port_package,), cache=not options.extra_path)
+                                          never_import=never_import, cache=cache)
         return facts, time.perf_counter() - started
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metax-audit-introspect")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import atexit
 import gc
 import io
 import os
@@ -204,6 +205,18 @@ _TOKENS: dict[str, tuple[tuple[tokenize.TokenInfo, ...], BaseException | None]] 
 _TOKENS_MAX = 512
 
 
+_EXIT_HOOK: list[bool] = []
+
+
+def _freeze_at_exit() -> None:
+    """At exit the interpreter runs one more full collection over every live object; over the
+    cache's millions of syntax-tree nodes that took over a second of a review's wall time.
+    gc.freeze() moves them out of the collector's sight first (the OS reclaims the memory)."""
+    if not _EXIT_HOOK:
+        _EXIT_HOOK.append(True)
+        atexit.register(gc.freeze)
+
+
 def clear_source_cache() -> None:
     """Forget every cached text, tree and token list (tests; long-lived processes)."""
     _SOURCES.clear()
@@ -227,6 +240,7 @@ def _entry(path: str | Path) -> _Entry:
         text = None
         error = exc if isinstance(exc, UnicodeDecodeError) else UnicodeDecodeError("utf-8", b"", 0, 1, str(exc))
     entry = _Entry(stamp, text, error)
+    _freeze_at_exit()
     if len(_SOURCES) >= _SOURCE_CACHE_MAX:
         _SOURCES.pop(next(iter(_SOURCES)))
     _SOURCES[key] = entry
@@ -366,10 +380,11 @@ def walk_nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
 
 
 @contextmanager
-def relaxed_gc(threshold0: int = 50_000) -> Iterator[None]:
-    """Collect young objects less often while a review holds hundreds of syntax trees: with the
-    default threshold (700) the collector rescans those millions of long-lived nodes again and
-    again, which cost about a fifth of a review's time. Trees hold no cycles, so nothing is lost."""
+def relaxed_gc(threshold0: int = 200_000) -> Iterator[None]:
+    """Collect young objects less often while a review builds hundreds of syntax trees: with the
+    default threshold (700) the collector ran thousands of times over freshly parsed nodes, about
+    a fifth of a review's time (measured: 200k allocations per collection costs ~5 MB more peak
+    memory and leaves ~0.2 s of collection in a review). Cyclic garbage is still collected."""
     old = gc.get_threshold()
     gc.set_threshold(max(threshold0, old[0]), *old[1:])
     try:

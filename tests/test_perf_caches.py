@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import os
 import sys
 import tokenize
@@ -185,3 +186,52 @@ def test_walk_nodes_lists_ast_walk_once_per_tree(tmp_path: Path) -> None:
     assert pysource.walk_nodes(tree) is nodes
     other = ast.parse(f.read_text(encoding="utf-8"))
     assert pysource.walk_nodes(other) is not nodes  # a different tree, even with the same text
+
+
+def _tokenized_comments(text: str) -> dict[int, str]:
+    lines = text.splitlines()
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT and lines[tok.start[0] - 1].lstrip().startswith("#"):
+            out[tok.start[0]] = tok.string
+    return out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x = 1\n# alone\ny = 2  # trailing\n",
+        'def f():\n    """Doc.\n\n    # not a comment\n    """\n    # a comment\n    return 1\n',
+        'x = ("abc"\n     # between implicitly joined pieces\n     "def")\n',
+        "s = f'''\n# inside an f-string\n{1}'''\n",
+        'call(a, """\n# in a literal opened inside a call\n""")\n',
+        "x = 1\n",
+    ],
+)
+def test_standalone_comments_agree_with_tokenize(text: str) -> None:
+    assert pysource.standalone_comments(text, ast.parse(text)) == _tokenized_comments(text)
+
+
+def test_standalone_comments_defer_on_odd_line_breaks() -> None:
+    text = "x = 1\x0c\n# c\n"
+    assert pysource.standalone_comments(text, ast.parse(text)) is None
+
+
+def test_an_edited_editable_checkout_changes_the_fingerprint(tmp_path: Path) -> None:
+    site, project = tmp_path / "site", tmp_path / "checkout"
+    init = project / "src" / "mxa_fake_kernel" / "__init__.py"
+    init.parent.mkdir(parents=True)
+    init.write_text("def run(q):\n    return q\n", encoding="utf-8")
+    meta = site / "mxa_fake_kernel-1.0.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "RECORD").write_text("__editable___mxa_fake_kernel_finder.py,,\n", encoding="utf-8")
+    (meta / "top_level.txt").write_text("mxa_fake_kernel\n", encoding="utf-8")
+    (meta / "direct_url.json").write_text(
+        json.dumps({"url": project.as_uri(), "dir_info": {"editable": True}}), encoding="utf-8")
+    before = introspect_mod._path_entry_fingerprint(site, ["mxa_fake_kernel"])
+    assert introspect_mod._path_entry_fingerprint(site, ["mxa_fake_kernel"]) == before
+    _bump(init, "def run(q, k):\n    return q\n")
+    assert introspect_mod._path_entry_fingerprint(site, ["mxa_fake_kernel"]) != before
+    # a distribution that provides none of the targets is not walked
+    assert [d[1] for d in introspect_mod._path_entry_fingerprint(site, ["other"])[1]] == ["RECORD"]
+    assert [d[1] for d in before[1]] == ["RECORD", "editable"]

@@ -8,7 +8,7 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metax_audit.pysource import cached_parse, iter_tokens
+from metax_audit.pysource import cached_parse, iter_tokens, standalone_comments
 
 # griffe could load the same structure, but the tracer needs the raw function bodies, the import
 # statements nested inside functions and the comment lines inside calls; one ast pass per file
@@ -40,6 +40,11 @@ class ModuleInfo:
         Lines that merely look like comments are found by a line scan; tokenize, which is slow,
         runs only when there is at least one, to drop look-alikes inside multi-line strings."""
         if self._comments is None:
+            # Same answer from the tree's string spans without tokenizing the file (pysource).
+            fast = standalone_comments(self.source, self.tree)
+            if fast is not None:
+                self._comments = fast
+                return fast
             lines = self.source.splitlines()
             candidates = {i + 1 for i, line in enumerate(lines) if line.lstrip().startswith("#")}
             out: dict[int, str] = {}
