@@ -233,13 +233,14 @@ def evidence(
     repo: RepoOpt = None,
     rev: ModeRev = None,
     worktree: ModeWorktree = False,
+    upstream: UpstreamOpt = None,
 ) -> None:
     """Record device, driver, torch/Triton build, CUDA or MACA runtime and kernel package versions."""
     from metax_audit.pipeline import evidence as run_evidence
 
     with _Guard():
         env, changes, manifest = run_evidence(python=python, save=save, capture_stack=capture_stack, repo=repo,
-                                              mode=_mode(False, worktree, rev), rev=rev)
+                                              mode=_mode(False, worktree, rev), rev=rev, upstream=upstream)
     from metax_audit.cli_render import render_evidence
 
     render_evidence(env, changes, manifest, as_json)

@@ -391,7 +391,7 @@ def probe(*, backend: str | None, target: str | None, family: str | None, probes
 
 
 def evidence(*, python: str | None, save: Path | None, capture_stack: Path | None, repo: Path | None,
-             mode: str | None, rev: str | None) -> tuple[dict, list[str], Path | None]:
+             mode: str | None, rev: str | None, upstream: str | None = None) -> tuple[dict, list[str], Path | None]:
     """`metax-audit evidence`: the environment record, compared with a saved one; optionally the stack manifest."""
     from metax_audit import evidence as evidence_mod
 
@@ -411,7 +411,13 @@ def evidence(*, python: str | None, save: Path | None, capture_stack: Path | Non
             discovery = discover_mod.discover(snap.root, config)
             result = trace_mod.trace_backends(discovery, config, None)
             targets = introspect_mod.stack_targets(discovery, result, config.kernel_modules)
-            facts = introspect_mod.introspect(targets, python=python, static_roots=(snap.root,),
+            roots: tuple[Path, ...] = (snap.root,)
+            if upstream:
+                from metax_audit.upstream import resolve_upstream
+
+                up = resolve_upstream(upstream, package=config.upstream_package)
+                roots = (snap.root, *((up.root,) if up.root else ()))
+            facts = introspect_mod.introspect(targets, python=python, static_roots=roots,
                                               never_import=(config.port_package,))
         introspect_mod.write_manifest(facts, capture_stack)
     return env, changes, capture_stack
