@@ -179,7 +179,7 @@ def _audit_snapshot(
     probe_results: list[ProbeResult] = []
     if options.run_probes:
         with run.stage("probe", progress) as notes:
-            probe_results = _probes_for(trace, options, notes)
+            probe_results = _probes_for(trace, flows, options, notes)
             from metax_audit.probing import probe_findings
 
             run.findings += probe_findings(probe_results)
@@ -317,16 +317,44 @@ def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None
     return trace_backends(up_discovery, up_config, None).calls
 
 
-def _probes_for(trace: TraceResult, options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
+def _probes_for(trace: TraceResult, flows: Sequence[object], options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
+    """The probes of every traced kernel with a built-in adapter, plus the probe each LSE flow
+    names to confirm its verdict; each (target, family, probe) runs once."""
     from metax_audit.probing import run_probes, targets_from_trace
 
-    results: list[ProbeResult] = []
+    plan: dict[tuple[str, str], set[str]] = {}
     for chain in trace.backends:
         for target, family in targets_from_trace(chain):
-            results += run_probes(target=target, family=family, probes=(), python=options.python,
-                                  extra_path=options.extra_path)
-    notes.append(f"{len(results)} probe results")
+            plan.setdefault((target, family), set())  # empty: every probe that applies
+    for flow in flows:
+        for command in getattr(flow, "probes", ()):
+            parsed = parse_probe_command(command)
+            if parsed is not None:
+                target, family, probes = parsed
+                if (target, family) not in plan:
+                    plan[(target, family)] = set(probes)
+                elif plan[(target, family)]:  # an empty set already means every probe
+                    plan[(target, family)].update(probes)
+    results: list[ProbeResult] = []
+    for (target, family), probes in sorted(plan.items()):
+        results += run_probes(target=target, family=family, probes=tuple(sorted(probes)), python=options.python,
+                              extra_path=options.extra_path)
+    notes.append(f"{len(results)} probe results over {len(plan)} targets")
     return results
+
+
+def parse_probe_command(command: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """`metax-audit probe --target T --family F --probes a,b` -> (T, F, (a, b)); None otherwise."""
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    opts = {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i].startswith("--")}
+    if "--target" not in opts or "--family" not in opts:
+        return None
+    return opts["--target"], opts["--family"], tuple(p for p in opts.get("--probes", "").split(",") if p)
 
 
 def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> dict:

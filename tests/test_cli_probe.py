@@ -26,3 +26,29 @@ def test_reference_passes_and_wrong_lse_base_is_caught(tmp_path: Path) -> None:
     assert result["verdict"] == "mismatch"
     assert "2" in (result["matched"] or "") and result["matched"] != result["expected"]
     assert (tmp_path / "bad" / "environment.json").is_file()
+
+
+def test_probe_commands_named_by_findings_parse() -> None:
+    from metax_audit.pipeline import parse_probe_command
+
+    assert parse_probe_command(
+        "metax-audit probe --target flashinfer:BatchPrefillWithPagedKVCacheWrapper --family paged-prefill --probes lse,dcp"
+    ) == ("flashinfer:BatchPrefillWithPagedKVCacheWrapper", "paged-prefill", ("lse", "dcp"))
+    assert parse_probe_command("metax-audit probe --backend flashinfer") is None
+    assert parse_probe_command("metax-audit probe --target 'unterminated") is None
+
+
+def test_review_with_probe_runs_the_probes_the_flows_name(tmp_path: Path) -> None:
+    from metax_audit import demo
+
+    repo = demo.build_demo_repo(tmp_path / "repo")
+    r = runner.invoke(app, ["review", "--staged", "--repo", str(repo), "--upstream", str(demo.upstream_root()),
+                            "--probe", "--format", "json", "--output-dir", str(tmp_path / "out"), "--fail-on", "never"])
+    assert r.exit_code == 0, r.output
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    stage = [s for s in data["stages"] if s["name"] == "probe"][0]
+    assert stage["ran"], stage
+    # the demo's LSE flow names an lse probe on FlashInfer's prefill wrapper; without the real
+    # kernel stack it cannot run, and the report must say so instead of passing it
+    lse = [p for p in data["probes"] if p["probe"] == "lse" and "BatchPrefillWithPagedKVCacheWrapper" in p["target"]]
+    assert lse and all(p["verdict"] in ("skipped", "error", "not-checkable") for p in lse), lse
