@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -82,8 +82,13 @@ def build_report(
     waivers: dict[str, Any],
     tool_version: str,
     generated_at: str,
+    suggest_probe: Callable[[str], str | None] | None = None,
 ) -> AuditReport:
-    """Join the stage outputs into one report; a stage that did not run leaves its part empty."""
+    """Join the stage outputs into one report; a stage that did not run leaves its part empty.
+
+    `suggest_probe(callee)` names the probe command a contract says validates a call to `callee`;
+    unvalidated differences on such a call carry it, so the reviewer knows what to run.
+    """
     sources = {f.path: f for f in discovery.files} if discovery else {}
     compared = {f.path: f for f in comparison.files} if comparison else {}
     calls = _calls_by_path(trace)
@@ -117,7 +122,7 @@ def build_report(
             upstream_path=comp.upstream_path if comp else None,
             registrations=regs,
             callers=tuple(sorted(set(discovery.callers.get(path, ())))) if discovery else (),
-            differences=tuple(sorted((_validated(d, calls.get(path, ()), sorted_probes) for d in comp.differences),
+            differences=tuple(sorted((_validated(d, calls.get(path, ()), sorted_probes, suggest_probe) for d in comp.differences),
                                      key=_difference_key)) if comp else (),
             findings=tuple(f.id for f in here),
             probes=tuple(probe_id(p) for p in sorted_probes if any(_reaches(c, p.target) for c in calls.get(path, ()))),
@@ -354,23 +359,31 @@ def _reaches(call: CallSite, target: str) -> bool:
     return any(rest[i : i + len(want)] == want for i in range(len(rest) - len(want) + 1))
 
 
-def _validated(d: Difference, calls: Sequence[CallSite], probes: Sequence[ProbeResult]) -> Difference:
+def _validated(d: Difference, calls: Sequence[CallSite], probes: Sequence[ProbeResult],
+               suggest_probe: Callable[[str], str | None] | None = None) -> Difference:
     """Fill an empty `validation` with the probes that reach the kernel called on the difference's line.
 
     Only the same line counts: a probe of another kernel in the same method proves nothing about
-    this difference. What nothing validates says so, so a reviewer never reads a blank as "proven".
+    this difference. What nothing validates says so, so a reviewer never reads a blank as "proven",
+    and names the probe the contracts give for the kernel called there, when there is one.
     The compare stage's own text, when it wrote one, is kept.
     """
-    if d.validation or d.kind == "cosmetic":
+    if d.kind == "cosmetic":
         return d
+    on_line = [c for c in calls if c.location.line == d.line and c.resolved] if d.line else []
+    hits = [p for p in probes if any(_reaches(c, p.target) for c in on_line)]
+    commands = sorted({cmd for c in on_line if suggest_probe and (cmd := suggest_probe(c.resolved or ""))})
+    run = f"run `{'`; `'.join(commands)}`" if commands else ""
+    if d.validation:
+        if hits:
+            return replace(d, validation=f"{d.validation}; " + "; ".join(f"probe {probe_id(p)}: {p.verdict}" for p in hits))
+        return replace(d, validation=f"{d.validation}; {run}") if run else d
     if not d.line:
         return replace(d, validation="unvalidated: the item exists only upstream")
-    if not probes:
-        return replace(d, validation="unvalidated: no probes ran")
-    hits = [p for p in probes if any(c.location.line == d.line and _reaches(c, p.target) for c in calls)]
     if hits:
         return replace(d, validation="; ".join(f"probe {probe_id(p)}: {p.verdict}" for p in hits))
-    return replace(d, validation="unvalidated: no probe reaches a kernel called on this line")
+    why = "no probes ran" if not probes else "no probe reaches a kernel called on this line"
+    return replace(d, validation=f"unvalidated: {why}; {run}" if run else f"unvalidated: {why}")
 
 
 # ---------------------------------------------------------------- ordering

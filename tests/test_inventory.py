@@ -289,3 +289,18 @@ def test_calls_behind_the_feature(branch, expected):
     from metax_audit.inventory import _behind
 
     assert _behind(branch, ("cascade",)) is expected
+
+
+def test_contract_probe_is_named_for_an_unvalidated_difference_on_a_kernel_call() -> None:
+    from metax_audit.inventory import _validated
+    from metax_audit.models import CallSite, Difference, Location
+
+    call = CallSite(Location("p/fi.py", 12), "Impl.forward", "w.run", "flashinfer.Wrapper.run", "external")
+    other = CallSite(Location("p/fi.py", 30), "Impl.forward", "x.run", "flashinfer.Other.run", "external")
+    diff = Difference("call-changed", "p/fi.py", 12, "Impl.forward", False, "", "declare it", "")
+    suggest = {"flashinfer.Wrapper.run": "metax-audit probe --target flashinfer:Wrapper --family paged-decode --probes lse"}.get
+    got = _validated(diff, [call, other], [], suggest)
+    assert got.validation == ("unvalidated: no probes ran; run "
+                              "`metax-audit probe --target flashinfer:Wrapper --family paged-decode --probes lse`")
+    kept = _validated(Difference("changed", "p/fi.py", 30, "Impl.forward", False, "", "a", "port tests"), [call, other], [], suggest)
+    assert kept.validation == "port tests"  # no contract for the kernel called on line 30
