@@ -2,13 +2,15 @@
 # subprocess (a hang or crash of the audited kernel package is a fact), and reads/writes manifests.
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ def introspect(
     static_roots: Sequence[Path] = (),
     never_import: Sequence[str] = (),
     cache: bool | CachePlan = False,
+    prestarted: Prestarted | None = None,
 ) -> StackFacts:
     """Facts about each dotted target as the interpreter `python` sees it (default: this one).
 
@@ -48,13 +51,20 @@ def introspect(
     recorded and the worker restarted for the rest; targets of the same top-level package are
     then read statically (importing it again would hang again). Raises IntrospectError only
     when the interpreter itself cannot be run.
+
+    `prestarted` (see prestart) serves the first worker run when it was started for this
+    interpreter and extra_path, and is discarded otherwise (also on a cache hit).
     """
     interpreter = python or sys.executable
     wanted = list(dict.fromkeys(targets))
     if cache:
         plan = cache if isinstance(cache, CachePlan) else plan_cache(
             wanted, python=interpreter, extra_path=extra_path, static_roots=static_roots, never_import=never_import)
-        return _introspect_cached(wanted, interpreter, timeout, extra_path, static_roots, never_import, plan)
+        return _introspect_cached(wanted, interpreter, timeout, extra_path, static_roots, never_import, plan,
+                                  prestarted)
+    if prestarted is not None and not prestarted.fits(interpreter, extra_path):
+        prestarted.discard()
+        prestarted = None
     facts: dict[str, CallableFact] = {}
     meta: dict[str, Any] = {}
     distributions: dict[str, dict[str, str]] = {}
@@ -78,7 +88,8 @@ def introspect(
         if not live:
             break
         outcome = _run_worker(interpreter, live, extra_path, static_roots, timeout, False, facts, meta, distributions,
-                              never_import)
+                              never_import, prestarted)
+        prestarted = None  # used once; a restart after a hang or crash starts afresh
         if outcome is None:
             break
         culprit, status, error = outcome
@@ -117,8 +128,10 @@ def _run_worker(
     meta: dict[str, Any],
     distributions: dict[str, dict[str, str]],
     never_import: Sequence[str] = (),
+    prestarted: Prestarted | None = None,
 ) -> tuple[str, str, str] | None:
-    """Run one worker; fill `facts`. Returns (target, status, error) when it hung or died on one."""
+    """Run one worker (or finish `prestarted`); fill `facts`. Returns (target, status, error) when
+    it hung or died on one."""
     request = {
         "targets": targets,
         "extra_path": [str(p) for p in extra_path],
@@ -126,20 +139,15 @@ def _run_worker(
         "static_only": static_only,
         "never_import": list(never_import),
     }
-    # cwd is an empty temp dir so nothing is imported from, or written into, the user's tree.
-    with tempfile.TemporaryDirectory(prefix="metax-audit-introspect-") as cwd:
-        # Caches that kernel packages create at import time (JIT logs, build dirs) go to the
-        # throwaway cwd too, so capturing facts leaves the user's home and site-packages as they were.
-        sandbox = {name: str(Path(cwd) / "cache") for name in _CACHE_VARS}
-        done = subproc.run(
-            [interpreter, "-B", str(WORKER)],
-            cwd=Path(cwd),
-            env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1", **sandbox},
-            timeout=timeout,
-            input=json.dumps(request),
-        )
+    if prestarted is not None:
+        done = prestarted.finish(json.dumps(request), timeout)
+    else:
+        with _sandbox() as (cwd, env):
+            done = subproc.run([interpreter, "-B", str(WORKER)], cwd=cwd, env=env, timeout=timeout,
+                               input=json.dumps(request))
     current: str | None = None
     finished = False
+    preloading: str | None = None  # the package a prestarted worker was importing ahead of the targets
     for line in done.stdout.splitlines():
         try:
             event = json.loads(line)
@@ -155,8 +163,22 @@ def _run_worker(
             finished = True
             distributions.update(event.get("distributions") or {})
             meta.update(event)
+        elif kind == "preload":
+            preloading = str(event.get("module"))
+        elif kind == "preloaded":
+            preloading = None
     if finished:
         return None
+    if prestarted is not None and current is None and not any(t in facts for t in targets):
+        # It failed before reaching a target, importing a kernel package ahead of time. A hang is
+        # the first target of that package's hang (waiting it out again would double the wait);
+        # anything else is run again the ordinary way, which attributes it to its target.
+        top = (preloading or "").split(".")[0]
+        culprit = next((t for t in targets if done.timed_out and top and t.split(".")[0] == top), None)
+        if culprit is not None:
+            return culprit, "timeout", f"importing or inspecting it did not finish within {timeout:g} s"
+        return _run_worker(interpreter, targets, extra_path, static_roots, timeout, static_only, facts, meta,
+                           distributions, never_import)
     tail = " | ".join(done.stderr.strip().splitlines()[-3:])[:500]
     if current is None:
         if not any(t in facts for t in targets):
@@ -170,6 +192,61 @@ def _run_worker(
     if done.timed_out:
         return current, "timeout", f"importing or inspecting it did not finish within {timeout:g} s"
     return current, "crash", f"the worker died (exit {done.returncode}) on it: {tail or 'no stderr'}"
+
+
+@contextmanager
+def _sandbox() -> Iterator[tuple[Path, dict[str, str]]]:
+    """An empty temp dir as the worker's cwd, so nothing is imported from, or written into, the
+    user's tree; caches that kernel packages create at import time (JIT logs, build dirs) go there
+    too, so capturing facts leaves the user's home and site-packages as they were."""
+    with tempfile.TemporaryDirectory(prefix="metax-audit-introspect-") as cwd:
+        sandbox = {name: str(Path(cwd) / "cache") for name in _CACHE_VARS}
+        yield Path(cwd), {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1", **sandbox}
+
+
+class Prestarted:
+    """A worker started before its targets are known, importing the kernel packages meanwhile.
+    introspect(prestarted=...) finishes it; discard() stops it when it is not needed."""
+
+    def __init__(self, started: subproc.Started, sandbox: ExitStack, interpreter: str,
+                 extra_path: Sequence[Path]) -> None:
+        self._started: subproc.Started | None = started
+        self._sandbox = sandbox
+        self._interpreter = interpreter
+        self._extra_path = [str(p) for p in extra_path]
+
+    def fits(self, interpreter: str, extra_path: Sequence[Path]) -> bool:
+        return interpreter == self._interpreter and [str(p) for p in extra_path] == self._extra_path
+
+    def finish(self, request: str, timeout: float) -> subproc.Completed:
+        """The worker's output once it answered `request`; the timeout counts from now."""
+        assert self._started is not None, "a prestarted worker serves one request"
+        started, self._started = self._started, None
+        try:
+            return started.finish(request, timeout)
+        finally:
+            self._sandbox.close()
+
+    def discard(self) -> None:
+        if self._started is not None:
+            started, self._started = self._started, None
+            started.kill()
+            self._sandbox.close()
+
+
+def prestart(preload: Sequence[str], *, python: str | None = None, extra_path: Sequence[Path] = ()) -> Prestarted | None:
+    """Start a worker that imports `preload` (the kernel packages) while the caller finds the
+    targets; None when it cannot be started (the ordinary run then reports why)."""
+    interpreter = python or sys.executable
+    stack = ExitStack()
+    cwd, env = stack.enter_context(_sandbox())
+    head = json.dumps({"preload": list(preload), "extra_path": [str(p) for p in extra_path]}) + "\n"
+    try:
+        started = subproc.start([interpreter, "-B", str(WORKER)], cwd=cwd, env=env, first_input=head)
+    except SubprocessError:
+        stack.close()
+        return None
+    return Prestarted(started, stack, interpreter, extra_path)
 
 
 def _replace(fact: CallableFact, **changes: Any) -> CallableFact:
@@ -264,6 +341,7 @@ class CachePlan:
     stack: tuple[str, ...]
     roots: tuple[Path, ...]  # the static roots that can matter to `stack`
     entry: Path | None  # None: the fingerprint could not be taken, nothing is cached
+    marker: Path | None = None  # see stack_seen
 
 
 def plan_cache(
@@ -285,26 +363,52 @@ def plan_cache(
     tops = sorted({t.split(".")[0] for t in stack})
     roots = [Path(r) for r in static_roots if not any((Path(r) / o).exists() for o in own)
              or any((Path(r) / t).exists() or (Path(r) / f"{t}.py").exists() for t in tops)]
-    key = _cache_key(interpreter, stack, extra_path, roots, tops) if stack else None
-    return CachePlan(tuple(port), tuple(stack), tuple(roots), stack_cache_dir() / f"{key}.json" if key else None)
+    keys = _cache_keys(interpreter, stack, extra_path, roots, tops) if stack else None
+    if keys is None:
+        return CachePlan(tuple(port), tuple(stack), tuple(roots), None)
+    return CachePlan(tuple(port), tuple(stack), tuple(roots), stack_cache_dir() / f"{keys[0]}.json",
+                     stack_cache_dir() / f"{keys[1]}.seen")
+
+
+def stack_seen(*, python: str | None = None, extra_path: Sequence[Path] = ()) -> bool:
+    """Whether facts were cached for this interpreter with its distributions as they are now, so
+    this review will likely be served from the cache. Only a hint, for deciding whether to
+    prestart a worker: a wrong answer costs time, never facts (the cache entry decides)."""
+    marker = _marker(python or sys.executable, extra_path)
+    return marker is not None and marker.is_file()
+
+
+def _marker(interpreter: str, extra_path: Sequence[Path]) -> Path | None:
+    keys = _cache_keys(interpreter, [], extra_path, [], [])
+    return stack_cache_dir() / f"{keys[1]}.seen" if keys else None
+
+
+def _write_marker(path: Path) -> None:
+    with contextlib.suppress(OSError):  # see _write_cache
+        path.write_text("", encoding="utf-8")
 
 
 def _introspect_cached(
     wanted: list[str], interpreter: str, timeout: float, extra_path: Sequence[Path], static_roots: Sequence[Path],
-    never_import: Sequence[str], plan: CachePlan,
+    never_import: Sequence[str], plan: CachePlan, prestarted: Prestarted | None = None,
 ) -> StackFacts:
     port, stack, roots, path = list(plan.port), list(plan.stack), list(plan.roots), plan.entry
     facts: dict[str, CallableFact] = {}
     parts: list[StackFacts] = []
     cached: Path | None = None
-    if stack:
-        hit = _read_cache(path) if path is not None else None
-        if hit is None:
-            hit = introspect(stack, python=interpreter, timeout=timeout, extra_path=extra_path, static_roots=roots)
-            if path is not None and not any(f.status in _UNCACHEABLE for f in hit.facts.values()):
-                _write_cache(hit, path)
-        else:
-            cached = path
+    hit = _read_cache(path) if stack and path is not None else None
+    if hit is not None or not stack:
+        cached = path if hit is not None else None
+        if prestarted is not None:
+            prestarted.discard()
+    else:
+        hit = introspect(stack, python=interpreter, timeout=timeout, extra_path=extra_path, static_roots=roots,
+                         prestarted=prestarted)
+        if path is not None and not any(f.status in _UNCACHEABLE for f in hit.facts.values()):
+            _write_cache(hit, path)
+            if plan.marker is not None:
+                _write_marker(plan.marker)
+    if hit is not None:
         parts.append(hit)
     if port:
         parts.append(introspect(port, python=interpreter, timeout=timeout, extra_path=extra_path,
@@ -326,10 +430,11 @@ def _introspect_cached(
     )
 
 
-def _cache_key(interpreter: str, targets: list[str], extra_path: Sequence[Path], roots: Sequence[Path],
-               tops: list[str]) -> str | None:
-    """sha256 of everything the worker's answers depend on; None when the interpreter's path
-    cannot be read (then nothing is cached)."""
+def _cache_keys(interpreter: str, targets: list[str], extra_path: Sequence[Path], roots: Sequence[Path],
+                tops: list[str]) -> tuple[str, str] | None:
+    """sha256 of everything the worker's answers depend on, and of the part of it known before the
+    trace (the interpreter and its distributions: the stack_seen marker); None when the
+    interpreter's path cannot be read (then nothing is cached)."""
     import hashlib
 
     try:
@@ -353,7 +458,10 @@ def _cache_key(interpreter: str, targets: list[str], extra_path: Sequence[Path],
         "path": [_path_entry_fingerprint(Path(p), tops) for p in paths if p],
         "roots": [_tree_fingerprint(Path(r)) for r in roots],
     }
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
+    seen = {**data, "targets": [], "static_roots": [], "roots": [],
+            "path": [_path_entry_fingerprint(Path(p), []) for p in paths if p] if tops else data["path"]}
+    return tuple(hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:32]  # type: ignore[return-value]
+                 for d in (data, seen))
 
 
 def _path_entry_fingerprint(entry: Path, tops: list[str]) -> list[Any]:

@@ -5,6 +5,8 @@
 # "static_only": bool}; stdout gets one JSON object per line: {"event": "start", "target": t}
 # before each target (so a hang or crash is attributable), {"event": "fact", ...} after it, and a
 # final {"event": "done", ...}. Every failure is a value; nothing here raises out of main().
+# A first line {"preload": [packages], "extra_path": [...]} may come ahead of the request: the
+# worker imports those while the parent is still working out the targets.
 from __future__ import annotations
 
 import ast
@@ -578,6 +580,25 @@ def _static_walk(target: str, parts: list[str], used: int, path: Path, tree: ast
 # ---------------------------------------------------------------- main
 
 
+def _preload(head: dict[str, Any], emit: Any) -> list[str]:
+    """Import the kernel packages before the targets are known (the parent starts us early, so
+    the seconds this takes overlap its static stages). A failure here is no fact: the target
+    import that follows meets it again and reports it. {"event": "preload"} before each import
+    tells the parent which package a hang or a crash happened in."""
+    import importlib
+
+    extra = [str(p) for p in head.get("extra_path") or []]
+    for p in reversed(extra):
+        sys.path.insert(0, p)
+    for name in head.get("preload") or []:
+        emit({"event": "preload", "module": name})
+        with contextlib.suppress(BaseException):  # anything, even SystemExit: see above
+            importlib.import_module(name)
+    emit({"event": "preloaded"})
+    return extra
+
+
+
 def main() -> int:
     # Keep our JSON on the real stdout; anything the imported packages print goes to stderr.
     out_fd = os.dup(1)
@@ -590,13 +611,22 @@ def main() -> int:
         out.write(json.dumps(obj, default=str) + "\n")
         out.flush()
 
+    first = sys.stdin.readline()
+    head: Any = None
+    with contextlib.suppress(ValueError):
+        head = json.loads(first)
+    preloaded_path = None
+    if isinstance(head, dict) and "preload" in head:
+        preloaded_path = _preload(head, emit)
+        first = ""
     try:
-        request = json.loads(sys.stdin.read() or "{}")
+        request = json.loads(first + sys.stdin.read() or "{}")
     except ValueError as exc:
         emit({"event": "done", "error": f"bad request: {exc}"})
         return 2
-    for p in reversed(request.get("extra_path") or []):
-        sys.path.insert(0, p)
+    if request.get("extra_path") != preloaded_path:
+        for p in reversed(request.get("extra_path") or []):
+            sys.path.insert(0, p)
     static_roots = [str(p) for p in request.get("static_roots") or []]
     never_import = set(request.get("never_import") or [])
     dist_cache: dict[str, dict[str, str]] = {}

@@ -7,11 +7,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metax_audit import __version__
 from metax_audit.config import AuditConfig, load_config
 from metax_audit.errors import AuditError
+from metax_audit.forked import Forked
 from metax_audit.models import (
     AuditReport,
     CallSite,
@@ -27,6 +30,9 @@ from metax_audit.models import (
     UpstreamInfo,
 )
 from metax_audit.progress import Progress, QuietProgress
+
+if TYPE_CHECKING:
+    from metax_audit import introspect as introspect_mod
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class _Run:
 
     stages: list[StageRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)  # run when the review ends, however
 
     @contextmanager
     def stage(self, name: str, progress: Progress, detail: str = "") -> Iterator[list[str]]:
@@ -110,10 +117,36 @@ def _port_package_hint(options: ReviewOptions) -> str:
 def _audit_snapshot(
     snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
 ) -> tuple[AuditReport, str | None]:
+    config = load_config(snap.root, options.config_file)
+    prestarted = _prestart_introspection(config, options)
+    try:
+        return _audit_stages(snap, config, options, run, progress, started, generate_waivers, prestarted)
+    finally:
+        if prestarted is not None:
+            prestarted.discard()  # a no-op once introspection used it
+        for close in run.closers:
+            close()
+
+
+def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:
+    """Start the introspection worker now, importing the kernel packages while discover and trace
+    run (seconds of import on the other core), unless its facts will likely come from the stack
+    cache; the targets follow once the trace has found them (see _introspect)."""
+    from metax_audit import introspect as introspect_mod
+
+    if options.stack is not None or options.extra_path or not config.kernel_modules:
+        return None  # a manifest or a stub stack (tests, demo): nothing to gain
+    if introspect_mod.stack_seen(python=options.python):
+        return None
+    return introspect_mod.prestart(config.kernel_modules, python=options.python)
+
+
+def _audit_stages(
+    snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress, started: float,
+    generate_waivers: bool, prestarted: introspect_mod.Prestarted | None,
+) -> tuple[AuditReport, str | None]:
     from metax_audit import discover as discover_mod
     from metax_audit import trace as trace_mod
-
-    config = load_config(snap.root, options.config_file)
 
     with run.stage("discover", progress) as notes:
         discovery = discover_mod.discover(snap.root, config, options.paths)
@@ -147,8 +180,12 @@ def _audit_snapshot(
         run.findings += trace_mod.trace_findings(trace)
         notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
 
+    # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
+    dataflow = Forked(partial(_dataflow, discovery, config))
+    run.closers.append(dataflow.close)
     static_roots = (snap.root, *((upstream.root,) if upstream and upstream.root else ()), *options.static_roots)
-    collect_facts = _introspect(discovery, trace, config, replace(options, static_roots=static_roots), run, progress)
+    collect_facts = _introspect(discovery, trace, config, replace(options, static_roots=static_roots), run, progress,
+                                prestarted)
 
     comparison: Comparison | None = None
     if upstream is not None:
@@ -172,7 +209,7 @@ def _audit_snapshot(
 
     flows: list = []
     with run.stage("dataflow", progress) as notes:
-        flows, flow_findings, flow_unresolved = _dataflow(discovery, config)
+        flows, flow_findings, flow_unresolved = dataflow.result()
         run.findings += flow_findings
         notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")
 
@@ -215,9 +252,21 @@ def _audit_snapshot(
         probes=probe_results, stages=run.stages, upstream=upstream, environment=environment,
         test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers=waiver_summary,
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        suggest_probe=_probe_suggester(),
     )
     report = replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
     return report, waivers_text
+
+
+def _probe_suggester():  # type: ignore[no-untyped-def]
+    """callee -> the probe command the contracts name for it (None without contracts)."""
+    from metax_audit.contracts import load_contracts, validation_for
+
+    path = default_contracts_path()
+    if not path.is_file():
+        return None
+    contracts = load_contracts(path)
+    return lambda callee: validation_for(callee, contracts)
 
 
 def _flow_dict(flow: object) -> dict:
@@ -233,7 +282,8 @@ def _installed_upstream_available(config: AuditConfig) -> bool:
 
 
 def _introspect(
-    discovery: Discovery, trace: TraceResult, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress
+    discovery: Discovery, trace: TraceResult, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress,
+    prestarted: introspect_mod.Prestarted | None = None,
 ) -> Callable[[], StackFacts | None]:
     """Start introspection; returns the function that waits for its facts and records the stage.
 
@@ -245,6 +295,8 @@ def _introspect(
     from metax_audit import introspect as introspect_mod
 
     targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules)
+    if prestarted is not None and not targets:
+        prestarted.discard()
     if options.stack is not None:
         with run.stage("introspect", progress, f"manifest {options.stack}") as notes:
             manifest = introspect_mod.load_manifest(options.stack)
@@ -265,7 +317,7 @@ def _introspect(
     def work() -> tuple[StackFacts, float]:
         facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
                                           extra_path=options.extra_path, static_roots=options.static_roots,
-                                          never_import=never_import, cache=cache)
+                                          never_import=never_import, cache=cache, prestarted=prestarted)
         return facts, time.perf_counter() - started
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metax-audit-introspect")

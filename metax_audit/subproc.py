@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from metax_audit.errors import SubprocessError
 
@@ -49,3 +50,69 @@ def run(
         tail = proc.stderr.strip().splitlines()[-1:] or [""]
         raise SubprocessError(f"{' '.join(args[:3])} failed ({proc.returncode}): {tail[0]}", stderr=proc.stderr, returncode=proc.returncode)
     return done
+
+
+class Started:
+    """A process started ahead of its input (see start); finish() gives the same Completed as run."""
+
+    def __init__(self, proc: subprocess.Popen[str], args: Sequence[str], stderr_file: IO[str]) -> None:
+        self._proc, self._args, self._stderr = proc, tuple(args), stderr_file
+
+    def finish(self, input: str, timeout: float | None) -> Completed:
+        """Send the rest of stdin, wait up to `timeout` (counted from now), collect the output."""
+        timed_out = False
+        try:
+            out, _ = self._proc.communicate(input=input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._proc.kill()
+            out, _ = self._proc.communicate()
+        except OSError:  # it died before reading stdin (a broken pipe): its output says why
+            out = self._proc.stdout.read() if self._proc.stdout else ""
+            self._proc.wait()
+        return Completed(self._args, -1 if timed_out else self._proc.returncode, out or "", self._read_stderr(),
+                         timed_out=timed_out)
+
+    def kill(self) -> None:
+        """Stop it (a no-op once finished); its output is dropped."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.communicate()
+        self._read_stderr()
+
+    def _read_stderr(self) -> str:
+        f = self._stderr
+        if f.closed:
+            return ""
+        f.seek(0)
+        text = f.read()
+        f.close()
+        return text
+
+
+def start(args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+          first_input: str = "") -> Started:
+    """Start a command now and give it `first_input` on stdin; the rest comes with finish().
+
+    stderr goes to an unnamed temporary file, not a pipe, so a process that writes a lot of it
+    while nobody reads cannot block. Raises SubprocessError when the program cannot be run."""
+    import tempfile
+
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    err = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by Started)
+    try:
+        proc = subprocess.Popen(list(args), cwd=cwd, env=full_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, errors="replace")
+    except OSError as exc:
+        err.close()
+        raise SubprocessError(f"cannot run {args[0]!r}: {exc.strerror}") from exc
+    try:
+        if first_input:
+            assert proc.stdin is not None
+            proc.stdin.write(first_input)
+            proc.stdin.flush()
+    except OSError:
+        pass  # it died at once; finish() reports what it printed
+    return Started(proc, args, err)

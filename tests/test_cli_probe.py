@@ -46,7 +46,7 @@ def test_review_with_probe_runs_the_probes_the_flows_name(tmp_path: Path) -> Non
                             "--probe", "--format", "json", "--output-dir", str(tmp_path / "out"), "--fail-on", "never"])
     assert r.exit_code == 0, r.output
     data = json.loads((tmp_path / "out" / "report.json").read_text())
-    stage = [s for s in data["stages"] if s["name"] == "probe"][0]
+    stage = next(s for s in data["stages"] if s["name"] == "probe")
     assert stage["ran"], stage
     # the demo's LSE flow names an lse probe on FlashInfer's prefill wrapper; without the real
     # kernel stack it cannot run, and the report must say so instead of passing it

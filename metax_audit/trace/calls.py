@@ -378,6 +378,8 @@ class Walker:
         return Unresolved(loc, text, f"call of a {type(t).__name__.lower()}")
 
     def _follow(self, target: Func, call: ast.Call, scope: Scope, depth: int, bind: bool = True) -> None:
+        if depth + 1 > self.budget.max_depth:
+            return  # walk() would stop at once: binding the arguments would be wasted work
         bindings = self._bind_args(target, call, scope) if bind else {}
         self.walk(target, bindings, depth + 1)
 
