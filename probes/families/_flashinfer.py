@@ -50,3 +50,18 @@ def accepts(obj: Any, param: str) -> bool:
     except (TypeError, ValueError):
         return False
     return param in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def prefill_target(spec: str, family: str, fi_obj: Any, wrapper: str, controls: Any) -> Any:
+    """The Target of a FlashInfer prefill adapter: its controls are what the installed wrapper's
+    plan/run/__init__ accept, so a missing control makes a probe fail closed, not pass."""
+    from probes.base import Target, inspect_controls
+
+    w = getattr(fi_obj._fi, wrapper)
+    have = {c for c in ("k_scale", "v_scale", "return_lse") if accepts(w.run, c)}
+    have |= {c for c in ("sm_scale", "causal") if accepts(w.plan, c)}
+    if accepts(w.__init__, "kv_layout"):
+        have.add("kv_layout")
+    sig, _ = inspect_controls(fi_obj, controls)
+    notes = (f"FlashInfer prefill backend: {fi_obj._backend}", f"inspected: {signature_text(w.run, f'{wrapper}.run')}")
+    return Target(spec, family, fi_obj, sig, frozenset(have), declares=dict(fi_obj.__probe_declares__), notes=notes)

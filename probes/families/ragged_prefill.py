@@ -68,18 +68,10 @@ def load(spec: str, ctx: ProbeContext) -> Target:
         obj = TorchRaggedPrefill()
         sig, controls = inspect_controls(obj, CONTROLS)
         return Target(spec, NAME, obj, sig, controls)
-    from probes.families._flashinfer import accepts, require_cuda, signature_text
+    from probes.families._flashinfer import prefill_target, require_cuda
 
     require_cuda(ctx.device)
     fi_obj = FlashInferRaggedPrefill(ctx.device, ctx.options.get("fi_backend", "fa2"))
-    w = fi_obj._fi.BatchPrefillWithRaggedKVCacheWrapper
-    have = {c for c in ("k_scale", "v_scale", "return_lse") if accepts(w.run, c)}
-    have |= {c for c in ("sm_scale", "causal") if accepts(w.plan, c)}
-    if accepts(w.__init__, "kv_layout"):
-        have.add("kv_layout")
-    sig, _ = inspect_controls(fi_obj, CONTROLS)
-    notes = (f"FlashInfer prefill backend: {fi_obj._backend}", f"inspected: {signature_text(w.run, 'BatchPrefillWithRaggedKVCacheWrapper.run')}",)
-    return Target(spec, NAME, fi_obj, sig, frozenset(have), declares=dict(fi_obj.__probe_declares__), notes=notes)
-
+    return prefill_target(spec, NAME, fi_obj, "BatchPrefillWithRaggedKVCacheWrapper", CONTROLS)
 
 FAMILIES = (FamilySpec(name=NAME, convention=CONVENTION, load=load, builtin_targets=BUILTIN, controls=CONTROLS),)
