@@ -214,7 +214,7 @@ def compare(
         if cp.vendor_only:
             files.append(FileComparison(src.path, None, vendor_only=True, declared_blocks=len(port.comments.blocks)))
             findings.append(make_finding(
-                R_VENDOR_ONLY, Location(src.path), f"{src.path} has no upstream counterpart in {upstream.package if upstream else 'upstream'} {upstream.version if upstream else ''}".strip(),
+                R_VENDOR_ONLY, Location(src.path), f"{src.path} has no upstream counterpart in {upstream.package if upstream else 'upstream'} {(upstream.version or '') if upstream else ''}".strip(),
                 [f"no {cp.upstream_path or 'mapped path'} under upstream; no registered enum member points to an upstream file"],
             ))
             continue
