@@ -7,7 +7,7 @@ from typing import Any
 from rich.markup import escape
 from rich.tree import Tree
 
-from metax_audit.models import BackendChain, CallArg, CallSite, ChainHop, Location, Unresolved
+from metax_audit.models import BackendChain, CallArg, CallSite, ChainHop
 
 # Hops nest under the class they belong to; everything else hangs off the backend.
 _UNDER = {
@@ -92,10 +92,6 @@ def chain_tree(chain: BackendChain) -> Tree:
     return tree
 
 
-def _loc(loc: Location | None) -> dict[str, Any] | None:
-    return None if loc is None else {"path": loc.path, "line": loc.line}
-
-
 def _arg(a: CallArg) -> dict[str, Any]:
     return {"name": a.name, "position": a.position, "text": a.text, "literal": a.literal, "commented_out": a.commented_out}
 
@@ -117,21 +113,8 @@ def _call(c: CallSite) -> dict[str, Any]:
     }
 
 
-def _unresolved(u: Unresolved) -> dict[str, Any]:
-    return {"path": u.location.path, "line": u.location.line, "text": u.text, "reason": u.reason}
-
-
 def chain_to_dict(chain: BackendChain) -> dict[str, Any]:
-    return {
-        "name": chain.name,
-        "class_path": chain.class_path,
-        "registered_at": _loc(chain.registered_at),
-        "active": chain.active,
-        "capture_support": chain.capture_support,
-        "chain": [
-            {"role": h.role, "qualname": h.qualname, "path": h.path, "line": h.line, "resolved": h.resolved, "inherited_from": h.inherited_from}
-            for h in chain.chain
-        ],
-        "calls": [_call(c) for c in chain.calls],
-        "unresolved": [_unresolved(u) for u in chain.unresolved],
-    }
+    """The report's backend record plus every call site the chain walked."""
+    from metax_audit.report.json_report import backend_to_dict
+
+    return {**backend_to_dict(chain), "calls": [_call(c) for c in chain.calls]}

@@ -53,7 +53,7 @@ def to_json_dict(report: AuditReport) -> dict[str, Any]:
         "stages": [
             {"name": s.name, "ran": s.ran, "seconds": round(s.seconds, 3), "note": s.note} for s in report.stages
         ],
-        "backends": [_backend(b) for b in report.backends],
+        "backends": [backend_to_dict(b) for b in report.backends],
         "files": [_file(f) for f in report.files],
         "findings": [_finding(f) for f in report.findings],
         "probes": [_probe(p) for p in report.probes],
@@ -133,7 +133,8 @@ def _file(f: FileRecord) -> dict[str, Any]:
     }
 
 
-def _backend(b: BackendChain) -> dict[str, Any]:
+def backend_to_dict(b: BackendChain) -> dict[str, Any]:
+    """A traced backend as the report's `backends` entry (also `metax-audit trace --format json`)."""
     return {
         "name": b.name,
         "class_path": b.class_path,
