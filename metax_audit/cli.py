@@ -51,13 +51,17 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_CANNOT_AUDIT)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 class _Guard:
     """Maps AuditError (and anything unexpected) to one stderr line and exit 2, no traceback."""
 
     def __enter__(self) -> None:
         # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so snapshots are removed.
         if hasattr(signal, "SIGTERM"):
-            signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+            signal.signal(signal.SIGTERM, _interrupt)
 
     def __exit__(self, kind, exc, tb) -> bool:  # type: ignore[no-untyped-def]
         if exc is None or isinstance(exc, typer.Exit | SystemExit):
@@ -182,7 +186,7 @@ def trace(
 
     mode = _mode(staged, worktree, rev)
     with _Guard():
-        chains, _unresolved_total = trace_only(mode=mode, repo=repo, rev=rev, upstream=upstream, backend=backend)
+        chains = trace_only(mode=mode, repo=repo, rev=rev, upstream=upstream, backend=backend)
     from metax_audit.render_trace import chain_to_dict, chain_tree
 
     if fmt == "json":

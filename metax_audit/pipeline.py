@@ -17,6 +17,7 @@ from metax_audit.errors import AuditError
 from metax_audit.forked import Forked
 from metax_audit.models import (
     AuditReport,
+    BackendChain,
     CallSite,
     Comparison,
     Discovery,
@@ -33,6 +34,8 @@ from metax_audit.progress import Progress, QuietProgress
 
 if TYPE_CHECKING:
     from metax_audit import introspect as introspect_mod
+    from metax_audit.checks.dataflow import LseFlow
+    from metax_audit.contracts import Contracts
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,9 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
     run = _Run()
     try:
-        package = _port_package_hint(options)
+        package = _port_package_hint(options.repo, mode, options.config_file)
         # The static stages read only the port package and its config; --test needs the whole tree.
-        only = () if options.test_command else (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml")
+        only = () if options.test_command else _static_export(package)
         with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
             if mode_note:
                 snap = replace(snap, notes=(*snap.notes, mode_note))
@@ -108,10 +111,22 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
     return ReviewResult(report, waivers_text)
 
 
-def _port_package_hint(options: ReviewOptions) -> str:
-    if options.config_file is not None:
-        return load_config(Path("."), options.config_file).port_package
+def _port_package_hint(repo: Path | None, mode: str, config_file: Path | None) -> str:
+    """The port package to export, needed before the snapshot exists: --config, else the repo's own
+    config as it is in the working tree, else the default. The snapshot's config still governs the
+    review; a port package renamed between the worktree and the reviewed revision is reported by
+    discover as a missing package."""
+    from metax_audit.snapshot import find_repo
+
+    if config_file is not None:
+        return load_config(Path("."), config_file).port_package
+    if mode != "installed":
+        return load_config(find_repo(repo or Path.cwd())).port_package
     return AuditConfig().port_package
+
+
+def _static_export(package: str) -> tuple[str, ...]:
+    return (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml")
 
 
 def _audit_snapshot(
@@ -181,7 +196,8 @@ def _audit_stages(
         notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
 
     # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
-    dataflow = Forked(partial(_dataflow, discovery, config))
+    contracts = _project_contracts()
+    dataflow = Forked(partial(_dataflow, discovery, config, contracts))
     run.closers.append(dataflow.close)
     static_roots = (snap.root, *((upstream.root,) if upstream and upstream.root else ()), *options.static_roots)
     collect_facts = _introspect(discovery, trace, config, replace(options, static_roots=static_roots), run, progress,
@@ -208,10 +224,14 @@ def _audit_stages(
         notes.append(f"{len(found)} findings")
 
     flows: list = []
-    with run.stage("dataflow", progress) as notes:
-        flows, flow_findings, flow_unresolved = dataflow.result()
-        run.findings += flow_findings
-        notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")
+    if contracts is None:
+        dataflow.close()
+        run.skipped("dataflow", f"no contracts file at {default_contracts_path()}: conventions unknown")
+    else:
+        with run.stage("dataflow", progress) as notes:
+            flows, flow_findings, flow_unresolved = dataflow.result()
+            run.findings += flow_findings
+            notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")
 
     probe_results: list[ProbeResult] = []
     if options.run_probes:
@@ -252,27 +272,31 @@ def _audit_stages(
         probes=probe_results, stages=run.stages, upstream=upstream, environment=environment,
         test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers=waiver_summary,
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        suggest_probe=_probe_suggester(),
+        suggest_probe=_probe_suggester(contracts),
     )
     report = replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
     return report, waivers_text
 
 
-def _probe_suggester():  # type: ignore[no-untyped-def]
-    """callee -> the probe command the contracts name for it (None without contracts)."""
-    from metax_audit.contracts import load_contracts, validation_for
+def _project_contracts() -> Contracts | None:
+    """component-contracts.md as shipped with metax-audit, parsed once per review."""
+    from metax_audit.contracts import load_contracts
 
     path = default_contracts_path()
-    if not path.is_file():
-        return None
-    contracts = load_contracts(path)
-    return lambda callee: validation_for(callee, contracts)
+    return load_contracts(path) if path.is_file() else None
 
 
-def _flow_dict(flow: object) -> dict:
+def _probe_suggester(contracts: Contracts | None) -> Callable[[str], str | None] | None:
+    """callee -> the probe command the contracts name for it."""
+    from metax_audit.contracts import validation_for
+
+    return None if contracts is None else (lambda callee: validation_for(callee, contracts))
+
+
+def _flow_dict(flow: LseFlow) -> dict:
     import dataclasses
 
-    return dataclasses.asdict(flow) if dataclasses.is_dataclass(flow) and not isinstance(flow, type) else {"flow": str(flow)}
+    return dataclasses.asdict(flow)
 
 
 def _installed_upstream_available(config: AuditConfig) -> bool:
@@ -339,16 +363,14 @@ def _introspect(
     return collect
 
 
-def _dataflow(discovery: Discovery, config: AuditConfig) -> tuple[list, list[Finding], list]:
+def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | None) -> tuple[list, list[Finding], list]:
     """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
     from metax_audit.checks.dataflow import check_dataflow
-    from metax_audit.contracts import load_contracts
 
-    contracts_path = default_contracts_path()
-    if not contracts_path.is_file():
+    if contracts is None:
         return [], [], []
     files = [f.path for f in discovery.files if f.parse_error is None]
-    return check_dataflow(discovery.root, files, load_contracts(contracts_path), port_package=config.port_package)
+    return check_dataflow(discovery.root, files, contracts, port_package=config.port_package)
 
 
 def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig) -> Sequence[CallSite]:
@@ -419,29 +441,34 @@ def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> di
     return env
 
 
-def _snapshot_for(mode: str | None, repo: Path | None, rev: str | None):  # type: ignore[no-untyped-def]
+@contextmanager
+def _traced(mode: str | None, repo: Path | None, rev: str | None, upstream: str | None
+            ) -> Iterator[tuple[SnapshotInfo, AuditConfig, Discovery, TraceResult, UpstreamInfo | None]]:
+    """snapshot -> discover -> trace, as the review does them, for the commands that need only a trace
+    (`trace`, `evidence --capture-stack`); the snapshot lives while the block runs."""
+    from metax_audit import discover as discover_mod
     from metax_audit import snapshot as snapshot_mod
+    from metax_audit import trace as trace_mod
 
     if mode is None:
         mode, rev, _ = snapshot_mod.default_mode(repo)
-    return snapshot_mod.snapshot(mode, repo, rev)
-
-
-def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream: str | None,
-               backend: str) -> tuple[list, int]:
-    """`metax-audit trace`: snapshot -> discover -> trace, returning the chains asked for."""
-    from metax_audit import discover as discover_mod
-    from metax_audit import trace as trace_mod
-
-    with _snapshot_for(mode, repo, rev) as snap:
+    package = _port_package_hint(repo, mode, None)
+    with snapshot_mod.snapshot(mode, repo, rev, package=package, only=_static_export(package)) as snap:
         config = load_config(snap.root)
         discovery = discover_mod.discover(snap.root, config)
-        up_root = None
+        up = None
         if upstream:
             from metax_audit.upstream import resolve_upstream
 
-            up_root = resolve_upstream(upstream, package=config.upstream_package).root
-        result = trace_mod.trace_backends(discovery, config, up_root)
+            up = resolve_upstream(upstream, package=config.upstream_package)
+        yield snap, config, discovery, trace_mod.trace_backends(discovery, config, up.root if up else None), up
+
+
+def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream: str | None,
+               backend: str) -> list[BackendChain]:
+    """`metax-audit trace`: the chains asked for (a backend name, a class name, or "all")."""
+    with _traced(mode, repo, rev, upstream) as (_, _, _, result, _):
+        pass
     if backend.lower() == "all":
         chains = list(result.backends)
     else:
@@ -450,7 +477,7 @@ def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream
     if not chains:
         names = ", ".join(sorted(c.name for c in result.backends)) or "none"
         raise AuditError(f"no registered backend named {backend!r} (registered: {names})")
-    return chains, sum(len(c.unresolved) for c in chains)
+    return chains
 
 
 def probe(*, backend: str | None, target: str | None, family: str | None, probes: Sequence[str], device: str,
@@ -482,21 +509,11 @@ def evidence(*, python: str | None, save: Path | None, capture_stack: Path | Non
             changes = evidence_mod.diff_environment(evidence_mod.load_environment(save), env)
         evidence_mod.save_environment(env, save)
     if capture_stack is not None:
-        from metax_audit import discover as discover_mod
         from metax_audit import introspect as introspect_mod
-        from metax_audit import trace as trace_mod
 
-        with _snapshot_for(mode, repo, rev) as snap:
-            config = load_config(snap.root)
-            discovery = discover_mod.discover(snap.root, config)
-            result = trace_mod.trace_backends(discovery, config, None)
+        with _traced(mode, repo, rev, upstream) as (snap, config, discovery, result, up):
             targets = introspect_mod.stack_targets(discovery, result, config.kernel_modules)
-            roots: tuple[Path, ...] = (snap.root,)
-            if upstream:
-                from metax_audit.upstream import resolve_upstream
-
-                up = resolve_upstream(upstream, package=config.upstream_package)
-                roots = (snap.root, *((up.root,) if up.root else ()))
+            roots = (snap.root, *((up.root,) if up and up.root else ()))
             facts = introspect_mod.introspect(targets, python=python, static_roots=roots,
                                               never_import=(config.port_package,))
         introspect_mod.write_manifest(facts, capture_stack)
