@@ -87,7 +87,7 @@ def _export_index(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tuple[i
     res = subproc.run(["git", "-C", str(repo), "checkout-index", "--force", "-z", "--stdin", f"--prefix={dest}{os.sep}"],
                       env=_GIT_ENV, timeout=300, input="\0".join(paths))
     if res.returncode != 0:
-        raise SnapshotError(f"git checkout-index failed: {res.stderr.strip().splitlines()[-1:] or ''}")
+        raise SnapshotError(f"git checkout-index failed: {(res.stderr.strip().splitlines() or [''])[-1]}")
     notes = [f"submodule {p} exported as an empty directory (gitlink only)" for p in _gitlinks(repo)]
     return len(paths), notes
 
@@ -125,23 +125,19 @@ def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) ->
     if resolved.returncode != 0 or not resolved.stdout.strip():
         raise SnapshotError(f"unknown revision {rev!r} in {repo}")
     sha = resolved.stdout.strip()
-    import subprocess
-
     pathspecs: list[str] = []
     if only:
         top_names = set(_git(repo, "ls-tree", "--name-only", "-z", sha).stdout.split("\0"))
         pathspecs = ["--", *[o for o in only if o.split("/")[0] in top_names]]
         if len(pathspecs) == 1:
             return sha, 0, [f"none of {', '.join(only)} exists at {rev}"]
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", sha, *pathspecs],
-        capture_output=True, env={**os.environ, **_GIT_ENV}, timeout=600,
-    )
-    if proc.returncode != 0:
-        raise SnapshotError(f"git archive {rev} failed: {proc.stderr.decode(errors='replace').strip()}")
+    code, tar_bytes, err = subproc.run_binary(["git", "-C", str(repo), "archive", "--format=tar", sha, *pathspecs],
+                                              env=_GIT_ENV)
+    if code != 0:
+        raise SnapshotError(f"git archive {rev} failed: {err.strip()}")
     count = 0
     notes: list[str] = []
-    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
         members = [m for m in tar.getmembers() if m.name != "pax_global_header"]
         tar.extractall(dest, members=members, filter="tar")
         count = sum(1 for m in members if m.isfile() or m.issym())

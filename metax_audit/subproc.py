@@ -116,3 +116,15 @@ def start(args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str
     except OSError:
         pass  # it died at once; finish() reports what it printed
     return Started(proc, args, err)
+
+
+def run_binary(args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 600) -> tuple[int, bytes, str]:
+    """Like run() for a command whose stdout is binary (a tar stream): (returncode, stdout, stderr).
+    A timeout is an error here: a truncated binary stream is not a usable result."""
+    try:
+        proc = subprocess.run(list(args), env={**os.environ, **(env or {})}, capture_output=True, timeout=timeout)
+    except FileNotFoundError as exc:
+        raise SubprocessError(f"cannot run {args[0]!r}: {exc.strerror}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SubprocessError(f"{' '.join(args[:3])} timed out after {timeout:.0f} s") from exc
+    return proc.returncode, proc.stdout, proc.stderr.decode(errors="replace")
