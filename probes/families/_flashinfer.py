@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 from probes.base import ProbeSkip
 
@@ -65,3 +65,18 @@ def prefill_target(spec: str, family: str, fi_obj: Any, wrapper: str, controls: 
     sig, _ = inspect_controls(fi_obj, controls)
     notes = (f"FlashInfer prefill backend: {fi_obj._backend}", f"inspected: {signature_text(w.run, f'{wrapper}.run')}")
     return Target(spec, family, fi_obj, sig, frozenset(have), declares=dict(fi_obj.__probe_declares__), notes=notes)
+
+
+class FlashInferPrefill:
+    """What the paged and ragged prefill adapters share: the FlashInfer import, the device, the
+    prefill backend and a wrapper per layout; both return LSE in base 2, [tokens, heads]."""
+
+    __probe_declares__: ClassVar[dict[str, str]] = {"lse": "base-2/[T,H]", "lse_base": "2"}
+
+    def __init__(self, device: str, backend: str = "fa2") -> None:
+        self._fi = import_flashinfer()
+        self._device = device
+        # FA2 code path: the one MetaX's FlashInfer 0.2.6 build derives from (no Hopper FA3 there);
+        # `--option fi_backend=auto` probes whatever FlashInfer picks on this GPU instead.
+        self._backend = backend
+        self._wrappers: dict[str, Any] = {}

@@ -2,9 +2,10 @@
 # built-in targets (explicit torch reference, FlashInfer's BatchPrefill ragged wrapper).
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
+from probes.families._flashinfer import FlashInferPrefill
 
 NAME = "ragged-prefill"
 CONTROLS = ("sm_scale", "causal", "kv_layout", "k_scale", "v_scale", "return_lse")
@@ -32,18 +33,7 @@ class TorchRaggedPrefill:
         return (out, lse.float()) if return_lse else out
 
 
-class FlashInferRaggedPrefill:
-    __probe_declares__: ClassVar[dict[str, str]] = {"lse": "base-2/[T,H]", "lse_base": "2"}
-
-    def __init__(self, device: str, backend: str = "fa2") -> None:
-        from probes.families._flashinfer import import_flashinfer
-
-        self._fi = import_flashinfer()
-        self._device = device
-        # FA2 code path: the one MetaX's FlashInfer 0.2.6 build derives from (no Hopper FA3 there);
-        # `--option fi_backend=auto` probes whatever FlashInfer picks on this GPU instead.
-        self._backend = backend
-        self._wrappers: dict[str, Any] = {}
+class FlashInferRaggedPrefill(FlashInferPrefill):
 
     def __call__(self, q: Any, k: Any, v: Any, qo_lens: Any, kv_lens: Any, *, sm_scale: float, causal: bool = True,
                  kv_layout: str = "NHD", return_lse: bool = False) -> Any:
