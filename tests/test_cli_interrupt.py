@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_snapshot import fingerprint
+from conftest import fingerprint
 
 from metax_audit.demo import build_demo_repo
 

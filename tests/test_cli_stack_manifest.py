@@ -19,11 +19,10 @@ def _findings(out: Path) -> set[tuple[str, str]]:
     return {(f["id"], f["message"]) for f in data["findings"]}
 
 
-def test_manifest_review_equals_live_review(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_manifest_review_equals_live_review(tmp_path: Path, audit_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = demo.build_demo_repo(tmp_path / "repo")
     up = str(demo.upstream_root())
     manifest = tmp_path / "stack.json"
-    monkeypatch.setenv("METAX_AUDIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PYTHONPATH", str(demo.stack_root()))
     cap = runner.invoke(app, ["evidence", "--capture-stack", str(manifest), "--repo", str(repo), "--upstream", up])
     assert cap.exit_code == 0, cap.output

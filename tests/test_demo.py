@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import git
 
 from metax_audit.demo import build_demo_repo, data_root, port_root, stack_root, upstream_root
 from metax_audit.errors import AuditError
@@ -80,19 +81,15 @@ def test_stub_signatures_have_the_flashinfer_02_shape() -> None:
     assert any(p.kind is p.VAR_KEYWORD for p in run.parameters.values())
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
-
-
 def test_build_demo_repo_has_staged_unstaged_and_untracked(tmp_path: Path) -> None:
     repo = build_demo_repo(tmp_path / "demo")
-    status = _git(repo, "status", "--porcelain").splitlines()
+    status = git(repo, "status", "--porcelain").splitlines()
     assert "MM vllm_metax/v1/attention/backends/flashinfer.py" in status
     assert "?? vllm_metax/v1/attention/ops/lse_utils.py" in status
-    assert len(_git(repo, "log", "--oneline").splitlines()) == 1
+    assert len(git(repo, "log", "--oneline").splitlines()) == 1
 
-    staged = _git(repo, "show", ":vllm_metax/v1/attention/backends/flashinfer.py")
-    head = _git(repo, "show", "HEAD:vllm_metax/v1/attention/backends/flashinfer.py")
+    staged = git(repo, "show", ":vllm_metax/v1/attention/backends/flashinfer.py")
+    head = git(repo, "show", "HEAD:vllm_metax/v1/attention/backends/flashinfer.py")
     work = (repo / "vllm_metax/v1/attention/backends/flashinfer.py").read_text(encoding="utf-8")
     bundled = (port_root() / "vllm_metax/v1/attention/backends/flashinfer.py").read_text(encoding="utf-8")
     assert staged == bundled

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_tree
 
 from metax_audit.config import AuditConfig
 from metax_audit.demo import port_root
@@ -16,14 +17,6 @@ from metax_audit.models import Discovery
 
 CFG = AuditConfig()
 BACKENDS = "vllm_metax/v1/attention/backends"
-
-
-def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
 
 
 def base_tree(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -43,7 +36,7 @@ def base_tree(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run(tmp_path: Path, extra: dict[str, str] | None = None, paths: tuple[str, ...] = ()) -> Discovery:
-    return discover(write(tmp_path, base_tree(extra)), CFG, paths)
+    return discover(write_tree(tmp_path, base_tree(extra)), CFG, paths)
 
 
 def rules_of(d: Discovery) -> list[tuple[str, str]]:
@@ -92,13 +85,13 @@ def test_paths_accept_globs(tmp_path: Path) -> None:
     (("vllm_metax/notes.txt",), "not a Python file"),
 ])
 def test_bad_paths_are_an_error(tmp_path: Path, paths: tuple[str, ...], message: str) -> None:
-    write(tmp_path, {"vllm_metax/notes.txt": "x"})
+    write_tree(tmp_path, {"vllm_metax/notes.txt": "x"})
     with pytest.raises(DiscoverError, match=message):
         run(tmp_path, paths=paths)
 
 
 def test_missing_port_package_is_an_error(tmp_path: Path) -> None:
-    write(tmp_path, {"other/__init__.py": ""})
+    write_tree(tmp_path, {"other/__init__.py": ""})
     with pytest.raises(DiscoverError, match="port-package"):
         discover(tmp_path, CFG)
 
@@ -124,7 +117,7 @@ def test_broken_and_huge_files_are_recorded_not_dropped(tmp_path: Path) -> None:
 
 
 def test_huge_file_is_parsed_when_the_limit_allows(tmp_path: Path) -> None:
-    write(tmp_path, base_tree({f"{BACKENDS}/generated.py": "x = 1\n" * 10}))
+    write_tree(tmp_path, base_tree({f"{BACKENDS}/generated.py": "x = 1\n" * 10}))
     d = discover(tmp_path, AuditConfig(max_file_bytes=40))
     assert {f.path: f.parse_error for f in d.files}[f"{BACKENDS}/generated.py"].startswith("too large")
     d = discover(tmp_path, AuditConfig(max_file_bytes=100))

@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from conftest import write_tree
 
 from metax_audit import introspect as introspect_mod
 from metax_audit import subproc
 from metax_audit.introspect import introspect, prestart
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
-
-
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    return _write(tmp_path / "site", {
+    return write_tree(tmp_path / "site", {
         "mxp_good/__init__.py": "LOADED = []\ndef kernel(q, k, *, scale=1.0):\n    return q\n",
         "mxp_good/late.py": "import mxp_good\nmxp_good.LOADED.append(1)\ndef f(x):\n    return x\n",
         "mxp_boom/__init__.py": "raise RuntimeError('no MACA runtime found')\n",
@@ -70,8 +62,7 @@ def test_a_crash_while_preloading_is_attributed_as_a_fresh_run_would(site: Path)
     assert facts == introspect(targets, extra_path=[site], timeout=30).facts
 
 
-def test_a_cache_hit_stops_the_prestarted_worker(tmp_path: Path, site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("METAX_AUDIT_CACHE", str(tmp_path / "cache"))
+def test_a_cache_hit_stops_the_prestarted_worker(tmp_path: Path, audit_cache: Path, site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert not introspect_mod.stack_seen(python=sys.executable, extra_path=[site])
     cold = introspect(["mxp_good.kernel"], python=sys.executable, extra_path=[site], cache=True, timeout=30,
                       prestarted=_started(["mxp_good"], site))
@@ -89,7 +80,7 @@ def test_a_cache_hit_stops_the_prestarted_worker(tmp_path: Path, site: Path, mon
 
 
 def test_a_worker_started_for_another_path_is_not_used(tmp_path: Path, site: Path) -> None:
-    other = _write(tmp_path / "other", {"mxp_good/__init__.py": "def kernel(a):\n    return a\n"})
+    other = write_tree(tmp_path / "other", {"mxp_good/__init__.py": "def kernel(a):\n    return a\n"})
     facts = introspect(["mxp_good.kernel"], extra_path=[other], timeout=30, prestarted=_started(["mxp_good"], site)).facts
     assert [p.name for p in facts["mxp_good.kernel"].params or ()] == ["a"]
 
@@ -102,11 +93,10 @@ def test_started_process_does_not_block_on_unread_stderr(tmp_path: Path) -> None
     assert done.stdout.strip() == "ab" and len(done.stderr) == 500_000
 
 
-def test_review_prestarts_only_for_a_real_stack_not_yet_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_review_prestarts_only_for_a_real_stack_not_yet_seen(tmp_path: Path, audit_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from metax_audit.config import AuditConfig
     from metax_audit.pipeline import ReviewOptions, _prestart_introspection
 
-    monkeypatch.setenv("METAX_AUDIT_CACHE", str(tmp_path / "cache"))
     config = AuditConfig()
     assert _prestart_introspection(config, ReviewOptions(extra_path=(tmp_path,))) is None  # a stub stack
     assert _prestart_introspection(config, ReviewOptions(stack=tmp_path / "m.json")) is None  # a manifest

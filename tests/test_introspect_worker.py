@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import write_tree
 
 from metax_audit.errors import IntrospectError
 from metax_audit.introspect import introspect, load_manifest, write_manifest
@@ -56,17 +56,9 @@ def helper(**kwargs):
 '''
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return root
-
-
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    return _write(tmp_path / "site", {
+    return write_tree(tmp_path / "site", {
         "goodpkg/__init__.py": "from goodpkg.ops import kernel, Wrapper\n",
         "goodpkg/ops.py": GOOD,
         "boompkg/__init__.py": "raise RuntimeError('no MACA runtime found')\n",
@@ -120,7 +112,7 @@ def test_hang_and_crash_are_facts_not_our_crash(site: Path) -> None:
 
 
 def test_static_roots_read_an_sdist_without_importing(tmp_path: Path) -> None:
-    sdist = _write(tmp_path / "fa-2.6.3", {
+    sdist = write_tree(tmp_path / "fa-2.6.3", {
         "PKG-INFO": "Metadata-Version: 2.1\nName: fa-attn\nVersion: 2.6.3\n",
         "fa_attn/__init__.py": "from fa_attn.iface import varlen\n",
         "fa_attn/iface.py": "import fa_attn_cuda\n\ndef varlen(q, k, v, cu_q, *, softcap=0.0, **kw):\n    return kw.get('deterministic')\n",
@@ -201,8 +193,8 @@ def test_worker_is_stdlib_only_at_module_level() -> None:
 
 
 def test_port_is_read_from_the_snapshot_never_imported(tmp_path: Path) -> None:
-    installed = _write(tmp_path / "site", {"portpkg/__init__.py": "raise SystemExit('imported the installed port')\n"})
-    snapshot = _write(tmp_path / "snap", {"portpkg/__init__.py": "", "portpkg/ops.py": "def merge(out, lse, *, base=2.0):\n    return out\n"})
+    installed = write_tree(tmp_path / "site", {"portpkg/__init__.py": "raise SystemExit('imported the installed port')\n"})
+    snapshot = write_tree(tmp_path / "snap", {"portpkg/__init__.py": "", "portpkg/ops.py": "def merge(out, lse, *, base=2.0):\n    return out\n"})
     facts = introspect(["portpkg.ops.merge"], extra_path=[installed], static_roots=[snapshot], never_import=["portpkg"]).facts
     f = facts["portpkg.ops.merge"]
     assert (f.status, f.source, f.signature) == ("ok", "static", "(out, lse, *, base=2.0)")
@@ -213,13 +205,13 @@ def test_stack_targets_adds_imported_kernel_names(tmp_path: Path) -> None:
     from metax_audit.introspect import stack_targets
     from metax_audit.models import Discovery, SourceFile, TraceResult
 
-    _write(tmp_path, {"port/a.py": "from kern.decode import _helper\nimport os\n"})
+    write_tree(tmp_path, {"port/a.py": "from kern.decode import _helper\nimport os\n"})
     d = Discovery(tmp_path, "port", (SourceFile("port/a.py", "port.a", "glob"),), (), (), (), {})
     assert stack_targets(d, TraceResult((), ()), ["kern"]) == ["kern.decode._helper"]
 
 
 def test_import_time_caches_go_to_a_throwaway_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    site = _write(tmp_path / "site", {"cachepkg/__init__.py": (
+    site = write_tree(tmp_path / "site", {"cachepkg/__init__.py": (
         "import os, pathlib\n"
         "d = pathlib.Path(os.environ['XDG_CACHE_HOME']) / 'cachepkg'\n"
         "d.mkdir(parents=True, exist_ok=True)\n"

@@ -2,38 +2,14 @@
 # including when the run is interrupted inside the context manager.
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import fingerprint, git
 
 from metax_audit.errors import SnapshotError
 from metax_audit.snapshot import default_mode, run_test_command, snapshot
-
-GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run([*GIT, "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-def fingerprint(repo: Path) -> dict[str, str]:
-    """status, index bytes and every worktree file's bytes (excluding .git internals but the index)."""
-    out = {"status": git(repo, "status", "--porcelain=v1", "--untracked-files=all")}
-    out["index"] = hashlib.sha256((repo / ".git" / "index").read_bytes()).hexdigest() if (repo / ".git" / "index").exists() else ""
-    for p in sorted(repo.rglob("*")):
-        if ".git" in p.relative_to(repo).parts:
-            continue
-        if p.is_symlink():
-            out[str(p)] = "link:" + os.readlink(p)
-        elif p.is_file():
-            out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
-    heads = subprocess.run(["git", "-C", str(repo), "for-each-ref"], capture_output=True, text=True).stdout
-    out["refs"] = heads
-    out["worktrees"] = str(sorted((repo / ".git").glob("worktrees/*")))
-    return out
 
 
 @pytest.fixture()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import time
 
+from conftest import write_tree
 from rich.console import Console
-from test_trace_support import CONFIG, PORT, calls_to, discovery, one_call, port_files, unresolved_texts, write_tree
+from test_trace_support import CONFIG, PORT, calls_to, discovery, one_call, port_files, unresolved_texts
 
 from metax_audit.models import TraceResult
 from metax_audit.render_trace import chain_to_dict, chain_tree

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from metax_audit import demo
+from metax_audit import discover as discover_mod
 from metax_audit.config import AuditConfig
 from metax_audit.trace import kernel_entry_points, trace_backends, trace_findings
-
-demo = pytest.importorskip("metax_audit.demo")
-discover_mod = pytest.importorskip("metax_audit.discover")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from conftest import write_tree
+
 from metax_audit.config import AuditConfig
 from metax_audit.models import CallSite, Discovery, Location, PriorityList, Registration, SourceFile, TraceResult
 from metax_audit.trace import trace_backends
@@ -38,13 +40,6 @@ class DemoImpl(AttentionImpl):
 
 {body}
 '''
-
-
-def write_tree(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
 
 
 def port_files(extra: dict[str, str] | None = None, body: str = "") -> dict[str, str]:
