@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from metax_audit import __version__
 from metax_audit.config import AuditConfig, load_config
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from metax_audit import introspect as introspect_mod
     from metax_audit.checks.dataflow import LseFlow
     from metax_audit.contracts import Contracts
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -133,14 +135,11 @@ def _audit_snapshot(
     snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
 ) -> tuple[AuditReport, str | None]:
     config = load_config(snap.root, options.config_file)
-    prestarted = _prestart_introspection(config, options)
+    background = _Background(run, _prestart_introspection(config, options))
     try:
-        return _audit_stages(snap, config, options, run, progress, started, generate_waivers, prestarted)
+        return _audit_stages(_Stages(snap, config, options, run, progress), background, started, generate_waivers)
     finally:
-        if prestarted is not None:
-            prestarted.discard()  # a no-op once introspection used it
-        for close in run.closers:
-            close()
+        background.close()
 
 
 def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:
@@ -156,126 +155,212 @@ def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> intr
     return introspect_mod.prestart(config.kernel_modules, python=options.python)
 
 
-def _audit_stages(
-    snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress, started: float,
-    generate_waivers: bool, prestarted: introspect_mod.Prestarted | None,
-) -> tuple[AuditReport, str | None]:
-    from metax_audit import discover as discover_mod
-    from metax_audit import trace as trace_mod
+@dataclass(frozen=True)
+class _Stages:
+    """What every stage function of one review reads: the snapshot, its config, the options, the
+    run's bookkeeping and the progress display."""
 
-    with run.stage("discover", progress) as notes:
-        discovery = discover_mod.discover(snap.root, config, options.paths)
-        if not discovery.files and not discovery.left_out:
-            raise AuditError(
-                f"no file of {config.port_package!r} is in scope in this snapshot: is --repo the port's checkout, "
-                "and is port-package right in its [tool.metax-audit] config?")
-        run.findings += discover_mod.registration_findings(discovery)
-        run.findings += discover_mod.coverage_findings(discovery)
-        notes.append(f"{len(discovery.files)} files, {len(discovery.registrations)} registrations")
+    snap: SnapshotInfo
+    config: AuditConfig
+    options: ReviewOptions
+    run: _Run
+    progress: Progress
 
-    upstream = base = None
-    if options.upstream or _installed_upstream_available(config):
-        with run.stage("upstream", progress, options.upstream or config.upstream_package) as notes:
-            from metax_audit.upstream import resolve_upstream
 
-            upstream = resolve_upstream(options.upstream or config.upstream_package, package=config.upstream_package,
-                                        cache_dir=options.cache_dir)
-            if options.base:
-                base = resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
-            notes.append(upstream.source)
-    else:
-        run.skipped("upstream", "no --upstream given and no upstream package installed: compare did not run")
+class _Background:
+    """The one owner of the review's concurrency: the introspection worker prestarted before the
+    snapshot's stages, a forked child on the other core for a pure stage, and a thread that waits
+    on a subprocess. Stage functions ask it for work in the background and get back a function that
+    waits; close() ends whatever is still running, however the review ends."""
 
-    with run.stage("trace", progress) as notes:
-        trace = trace_mod.trace_backends(discovery, config, upstream.root if upstream else None)
-        if trace.reached_files:
-            discovery = discover_mod.widen(discovery, snap.root, trace.reached_files)
-            run.findings += discover_mod.coverage_findings(
-                replace(discovery, files=tuple(f for f in discovery.files if f.reason == "reached-by-trace")))
-        run.findings += trace_mod.trace_findings(trace)
-        notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
+    def __init__(self, run: _Run, prestarted: introspect_mod.Prestarted | None) -> None:
+        self._run = run
+        self.prestarted = prestarted
 
+    def fork(self, fn: Callable[[], T]) -> Forked[T]:
+        child = Forked(fn)
+        self._run.closers.append(child.close)
+        return child
+
+    def thread(self, name: str, work: Callable[[], T], describe: Callable[[T], list[str]], started: float,
+               ) -> Callable[[], T]:
+        """Run `work` in a thread now; the returned function waits for it and records stage `name`
+        where it started, timed from `started` (its seconds overlap the stages that ran meanwhile)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        index = len(self._run.stages)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"metax-audit-{name}")
+        future = pool.submit(lambda: (work(), time.perf_counter() - started))
+        pool.shutdown(wait=False)
+
+        def wait() -> T:
+            result, seconds = future.result()  # re-raises the work's exception here
+            self._run.stages.insert(index, StageRecord(name, True, round(seconds, 3), "; ".join(describe(result))))
+            return result
+
+        return wait
+
+    def close(self) -> None:
+        if self.prestarted is not None:
+            self.prestarted.discard()  # a no-op once introspection used it
+        for close in self._run.closers:
+            close()
+
+
+def _audit_stages(st: _Stages, background: _Background, started: float, generate_waivers: bool,
+                  ) -> tuple[AuditReport, str | None]:
+    discovery = _discover_stage(st)
+    upstream, base = _upstream_stage(st)
+    discovery, trace = _trace_stage(st, discovery, upstream)
     # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
     contracts = _project_contracts()
-    dataflow = Forked(partial(_dataflow, discovery, config, contracts))
-    run.closers.append(dataflow.close)
-    static_roots = (snap.root, *((upstream.root,) if upstream and upstream.root else ()), *options.static_roots)
-    collect_facts = _introspect(discovery, trace, config, replace(options, static_roots=static_roots), run, progress,
-                                prestarted)
-
-    comparison: Comparison | None = None
-    if upstream is not None:
-        with run.stage("compare", progress) as notes:
-            from metax_audit.compare import compare
-
-            comparison, compare_findings = compare(discovery, config, upstream, base)
-            run.findings += compare_findings
-            notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences")
-    else:
-        run.skipped("compare", "no upstream sources")
-
-    with run.stage("checks", progress) as notes:
-        from metax_audit.checks import checks_for_review
-
-        up_calls = _upstream_calls(comparison, upstream, config)
-        facts = collect_facts()
-        found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls))
-        run.findings += found
-        notes.append(f"{len(found)} findings")
-
-    flows: list = []
-    if contracts is None:
-        dataflow.close()
-        run.skipped("dataflow", f"no contracts file at {default_contracts_path()}: conventions unknown")
-    else:
-        with run.stage("dataflow", progress) as notes:
-            flows, flow_findings, flow_unresolved = dataflow.result()
-            run.findings += flow_findings
-            notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")
-
-    probe_results: list[ProbeResult] = []
-    if options.run_probes:
-        with run.stage("probe", progress) as notes:
-            probe_results = _probes_for(trace, flows, options, notes)
-            from metax_audit.probing import probe_findings
-
-            run.findings += probe_findings(probe_results)
-    else:
-        run.skipped("probe", "not requested (review --probe runs the probes the findings name)")
-
-    test_run: TestRun | None = None
-    if options.test_command:
-        with run.stage("test", progress, options.test_command) as notes:
-            from metax_audit.findings import make_finding
-            from metax_audit.models import Location
-            from metax_audit.snapshot import run_test_command
-
-            test_run = run_test_command(options.test_command, snap.root)
-            notes.append(f"exit {test_run.exit_code}")
-            if test_run.exit_code != 0:
-                run.findings.append(make_finding(
-                    "MXA003", Location("."), f"`{test_run.command}` exited {test_run.exit_code} on the snapshot",
-                    (test_run.output_tail[-1500:],)))
+    dataflow = background.fork(partial(_dataflow, discovery, st.config, contracts))
+    static_roots = (st.snap.root, *((upstream.root,) if upstream and upstream.root else ()), *st.options.static_roots)
+    collect_facts = _introspect(discovery, trace, st.config, replace(st.options, static_roots=static_roots), st.run,
+                                st.progress, background)
+    comparison = _compare_stage(st, discovery, upstream, base)
+    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts)
+    flows = _dataflow_stage(st, contracts, dataflow)
+    probe_results = _probe_stage(st, trace, flows)
+    test_run = _test_stage(st)
 
     from metax_audit.waivers import apply_waivers
     from metax_audit.waivers import generate_waivers as gen_waivers
 
-    waivers_path = options.waivers or (snap.root / config.waivers if config.waivers else None)
-    findings, waiver_summary = apply_waivers(run.findings, waivers_path, options.today)
+    waivers_path = st.options.waivers or (st.snap.root / st.config.waivers if st.config.waivers else None)
+    findings, waiver_summary = apply_waivers(st.run.findings, waivers_path, st.options.today)
     waivers_text = gen_waivers(findings) if generate_waivers else None
-
-    environment = _environment_summary(facts, options)
     from metax_audit.inventory import build_report
 
     report = build_report(
-        snapshot=snap, discovery=discovery, trace=trace, comparison=comparison, findings=findings,
-        probes=probe_results, stages=run.stages, upstream=upstream, environment=environment,
+        snapshot=st.snap, discovery=discovery, trace=trace, comparison=comparison, findings=findings,
+        probes=probe_results, stages=st.run.stages, upstream=upstream, environment=_environment_summary(facts, st.options),
         test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers=waiver_summary,
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         suggest_probe=_probe_suggester(contracts),
     )
     report = replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
     return report, waivers_text
+
+
+def _discover_stage(st: _Stages) -> Discovery:
+    from metax_audit import discover as discover_mod
+
+    with st.run.stage("discover", st.progress) as notes:
+        discovery = discover_mod.discover(st.snap.root, st.config, st.options.paths)
+        if not discovery.files and not discovery.left_out:
+            raise AuditError(
+                f"no file of {st.config.port_package!r} is in scope in this snapshot: is --repo the port's checkout, "
+                "and is port-package right in its [tool.metax-audit] config?")
+        st.run.findings += discover_mod.registration_findings(discovery)
+        st.run.findings += discover_mod.coverage_findings(discovery)
+        notes.append(f"{len(discovery.files)} files, {len(discovery.registrations)} registrations")
+    return discovery
+
+
+def _upstream_stage(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | None]:
+    """The upstream release (and the base one for the three-way view), or (None, None) when none is known."""
+    options, config = st.options, st.config
+    if not (options.upstream or _installed_upstream_available(config)):
+        st.run.skipped("upstream", "no --upstream given and no upstream package installed: compare did not run")
+        return None, None
+    with st.run.stage("upstream", st.progress, options.upstream or config.upstream_package) as notes:
+        from metax_audit.upstream import resolve_upstream
+
+        upstream = resolve_upstream(options.upstream or config.upstream_package, package=config.upstream_package,
+                                    cache_dir=options.cache_dir)
+        base = None
+        if options.base:
+            base = resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
+        notes.append(upstream.source)
+    return upstream, base
+
+
+def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None) -> tuple[Discovery, TraceResult]:
+    """The traced backends; the discovery widened by the port files the trace reached."""
+    from metax_audit import discover as discover_mod
+    from metax_audit import trace as trace_mod
+
+    with st.run.stage("trace", st.progress) as notes:
+        trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None)
+        if trace.reached_files:
+            discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files)
+            st.run.findings += discover_mod.coverage_findings(
+                replace(discovery, files=tuple(f for f in discovery.files if f.reason == "reached-by-trace")))
+        st.run.findings += trace_mod.trace_findings(trace)
+        notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
+    return discovery, trace
+
+
+def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
+                   ) -> Comparison | None:
+    if upstream is None:
+        st.run.skipped("compare", "no upstream sources")
+        return None
+    with st.run.stage("compare", st.progress) as notes:
+        from metax_audit.compare import compare
+
+        comparison, compare_findings = compare(discovery, st.config, upstream, base)
+        st.run.findings += compare_findings
+        notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences")
+    return comparison
+
+
+def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, comparison: Comparison | None,
+                  upstream: UpstreamInfo | None, collect_facts: Callable[[], StackFacts | None]) -> StackFacts | None:
+    """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
+    with st.run.stage("checks", st.progress) as notes:
+        from metax_audit.checks import checks_for_review
+
+        up_calls = _upstream_calls(comparison, upstream, st.config)
+        facts = collect_facts()
+        found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls))
+        st.run.findings += found
+        notes.append(f"{len(found)} findings")
+    return facts
+
+
+def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[tuple[list, list[Finding], list]],
+                    ) -> list[LseFlow]:
+    if contracts is None:
+        dataflow.close()
+        st.run.skipped("dataflow", f"no contracts file at {default_contracts_path()}: conventions unknown")
+        return []
+    with st.run.stage("dataflow", st.progress) as notes:
+        flows, flow_findings, flow_unresolved = dataflow.result()
+        st.run.findings += flow_findings
+        notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")
+    return flows
+
+
+def _probe_stage(st: _Stages, trace: TraceResult, flows: Sequence[LseFlow]) -> list[ProbeResult]:
+    if not st.options.run_probes:
+        st.run.skipped("probe", "not requested (review --probe runs the probes the findings name)")
+        return []
+    with st.run.stage("probe", st.progress) as notes:
+        probe_results = _probes_for(trace, flows, st.options, notes)
+        from metax_audit.probing import probe_findings
+
+        st.run.findings += probe_findings(probe_results)
+    return probe_results
+
+
+def _test_stage(st: _Stages) -> TestRun | None:
+    """--test: the user's test command on the snapshot; a failing run is a finding."""
+    if not st.options.test_command:
+        return None
+    with st.run.stage("test", st.progress, st.options.test_command) as notes:
+        from metax_audit.findings import make_finding
+        from metax_audit.models import Location
+        from metax_audit.snapshot import run_test_command
+
+        test_run = run_test_command(st.options.test_command, st.snap.root)
+        notes.append(f"exit {test_run.exit_code}")
+        if test_run.exit_code != 0:
+            st.run.findings.append(make_finding(
+                "MXA003", Location("."), f"`{test_run.command}` exited {test_run.exit_code} on the snapshot",
+                (test_run.output_tail[-1500:],)))
+    return test_run
 
 
 def _project_contracts() -> Contracts | None:
@@ -307,18 +392,17 @@ def _installed_upstream_available(config: AuditConfig) -> bool:
 
 def _introspect(
     discovery: Discovery, trace: TraceResult, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress,
-    prestarted: introspect_mod.Prestarted | None = None,
+    background: _Background,
 ) -> Callable[[], StackFacts | None]:
     """Start introspection; returns the function that waits for its facts and records the stage.
 
     The worker is a subprocess on a core of its own, so compare and the upstream trace run while it
     imports the stack; the thread here only waits on its pipe. Facts of an unchanged stack come
     from the on-disk cache (not with --extra-path stub stacks, which are for tests and the demo)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from metax_audit import introspect as introspect_mod
 
     targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules)
+    prestarted = background.prestarted
     if prestarted is not None and not targets:
         prestarted.discard()
     if options.stack is not None:
@@ -330,7 +414,7 @@ def _introspect(
         run.skipped("introspect", "the trace reached no external kernel entry point")
         return lambda: None
     progress.stage("introspect", f"{len(targets)} entry points")
-    index, started = len(run.stages), time.perf_counter()
+    started = time.perf_counter()
     # The port is read from the snapshot, never imported: an installed copy is not what is under review.
     never_import = (config.port_package,)
     cache: bool | introspect_mod.CachePlan = False
@@ -338,29 +422,23 @@ def _introspect(
         cache = introspect_mod.plan_cache(targets, python=options.python, extra_path=options.extra_path,
                                           static_roots=options.static_roots, never_import=never_import)
 
-    def work() -> tuple[StackFacts, float]:
-        facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
-                                          extra_path=options.extra_path, static_roots=options.static_roots,
-                                          never_import=never_import, cache=cache, prestarted=prestarted)
-        return facts, time.perf_counter() - started
+    def work() -> StackFacts:
+        return introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
+                                         extra_path=options.extra_path, static_roots=options.static_roots,
+                                         never_import=never_import, cache=cache, prestarted=prestarted)
 
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metax-audit-introspect")
-    future = pool.submit(work)
-    pool.shutdown(wait=False)
+    return background.thread("introspect", work, _introspect_notes, started)
 
-    def collect() -> StackFacts | None:
-        facts, seconds = future.result()  # re-raises the worker's IntrospectError here
-        by_status: dict[str, int] = {}
-        for fact in facts.facts.values():
-            by_status[fact.status] = by_status.get(fact.status, 0) + 1
-        notes = [", ".join(f"{v} {k}" for k, v in sorted(by_status.items()))]
-        if facts.cache_entry:
-            notes.append(f"facts from the stack cache (captured {facts.captured_at})")
-        notes.append("ran alongside compare")  # its seconds overlap the next stages
-        run.stages.insert(index, StageRecord("introspect", True, round(seconds, 3), "; ".join(notes)))
-        return facts
 
-    return collect
+def _introspect_notes(facts: StackFacts) -> list[str]:
+    by_status: dict[str, int] = {}
+    for fact in facts.facts.values():
+        by_status[fact.status] = by_status.get(fact.status, 0) + 1
+    notes = [", ".join(f"{v} {k}" for k, v in sorted(by_status.items()))]
+    if facts.cache_entry:
+        notes.append(f"facts from the stack cache (captured {facts.captured_at})")
+    notes.append("ran alongside compare")  # its seconds overlap the next stages
+    return notes
 
 
 def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | None) -> tuple[list, list[Finding], list]:
