@@ -251,7 +251,7 @@ def compare(
         ))
         findings.extend(_difference_findings(diffs, cp))
     # A member-level change shows up both as a difference and as drift: report it once.
-    unique = list({f.id: f for f in findings}.values())
+    unique = list({f.site: f for f in findings}.values())
     return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift_all)), unique
 
 

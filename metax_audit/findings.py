@@ -33,7 +33,10 @@ def make_finding(
     message: str,
     evidence: tuple[str, ...] | list[str] = (),
     severity: Severity | None = None,
+    *,
+    key: str = "",
 ) -> Finding:
+    """`key` says what the finding is about when the message holds more (see fingerprints.py)."""
     r = RULES[rule_id]
     return Finding(
         rule=r.id,
@@ -42,6 +45,7 @@ def make_finding(
         location=location,
         message=message,
         evidence=tuple(evidence),
+        key=key,
     )
 
 

@@ -394,16 +394,19 @@ def _finding_key(f: Finding) -> tuple[str, int, str, str, str]:
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
-    """Two stages may report the same rule at the same place; the id must stay unique."""
-    seen: dict[str, Finding] = {}
+    """Two stages may report the same rule at the same place: one finding. Findings that share a
+    fingerprint at different places get an occurrence suffix, so every id is unique."""
+    from metax_audit.fingerprints import disambiguate
+
+    seen: dict[tuple[str, str, str, int], Finding] = {}
     for f in findings:
-        if f.id in seen:
-            kept = seen[f.id]
+        if f.site in seen:
+            kept = seen[f.site]
             if f.message != kept.message:
-                seen[f.id] = replace(kept, evidence=(*kept.evidence, f"also: {f.message}", *f.evidence))
+                seen[f.site] = replace(kept, evidence=(*kept.evidence, f"also: {f.message}", *f.evidence))
             continue
-        seen[f.id] = f
-    return list(seen.values())
+        seen[f.site] = f
+    return disambiguate(list(seen.values()))
 
 
 def _difference_key(d: Difference) -> tuple[int, str, str, str, str]:

@@ -2,6 +2,7 @@
 # introspect -> compare -> checks -> probe -> inventory -> report); no stage logic here.
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -276,6 +277,19 @@ class Comparison:
 # ---------------------------------------------------------------- findings and probes
 
 
+class BaselineState(StrEnum):
+    """How a finding relates to the baseline review (`review --staged` compares with HEAD)."""
+
+    NEW = "new"  # no finding with this id in the baseline
+    CHANGED = "changed"  # same id, but what it says changed (gates like new)
+    UNCHANGED = "unchanged"
+    FIXED = "fixed"  # in the baseline only (AuditReport.fixed)
+
+    @property
+    def is_new(self) -> bool:
+        return self in (BaselineState.NEW, BaselineState.CHANGED)
+
+
 @dataclass(frozen=True)
 class Finding:
     rule: str
@@ -286,14 +300,30 @@ class Finding:
     evidence: tuple[str, ...] = ()
     waived: bool = False
     waiver_reason: str | None = None
+    key: str = ""  # what the finding is about (callee and keyword, flow ends...); "" -> the message
+    # The fingerprint (fingerprints.py): rule, path, enclosing symbol and key, no line number; set
+    # once here, kept by dataclasses.replace, so reports never recompute it.
+    id: str = ""
+    baseline: BaselineState | None = None  # None when the review had no baseline
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            from metax_audit.fingerprints import finding_key, fingerprint
+
+            object.__setattr__(self, "id", fingerprint(self.rule, self.location.path, self.location.symbol,
+                                                       finding_key(self.message, self.key)))
 
     @property
-    def id(self) -> str:
-        """Stable across runs: rule, place and symbol, not the message text."""
-        import hashlib
+    def site(self) -> tuple[str, str, str, int]:
+        """Rule and exact place: two stages reporting the same site are one finding (inventory)."""
+        return (self.rule, self.location.path, self.location.symbol, self.location.line)
 
-        key = f"{self.rule}|{self.location.path}|{self.location.symbol}|{self.location.line}"
-        return f"{self.rule}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    @functools.cached_property
+    def content(self) -> str:
+        """Hash of what the finding says (message, evidence); waivers and baselines compare it."""
+        from metax_audit.fingerprints import content_hash
+
+        return content_hash(self.message, self.evidence)
 
 
 @dataclass(frozen=True)

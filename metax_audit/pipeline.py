@@ -224,22 +224,24 @@ def _audit_stages(st: _Stages, background: _Background, started: float, generate
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
 
-    from metax_audit.waivers import apply_waivers
-    from metax_audit.waivers import generate_waivers as gen_waivers
-
-    waivers_path = st.options.waivers or (st.snap.root / st.config.waivers if st.config.waivers else None)
-    findings, waiver_summary = apply_waivers(st.run.findings, waivers_path, st.options.today)
-    waivers_text = gen_waivers(findings) if generate_waivers else None
     from metax_audit.inventory import build_report
 
     report = build_report(
-        snapshot=st.snap, discovery=discovery, trace=trace, comparison=comparison, findings=findings,
+        snapshot=st.snap, discovery=discovery, trace=trace, comparison=comparison, findings=st.run.findings,
         probes=probe_results, stages=st.run.stages, upstream=upstream, environment=_environment_summary(facts, st.options),
-        test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers=waiver_summary,
+        test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers={},
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         suggest_probe=_probe_suggester(contracts),
     )
     report = replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
+    # Waivers see the inventory's findings (deduplicated, fingerprinted, inactive-path included).
+    from metax_audit.waivers import apply_waivers
+    from metax_audit.waivers import generate_waivers as gen_waivers
+
+    waivers_path = st.options.waivers or (st.snap.root / st.config.waivers if st.config.waivers else None)
+    findings, waiver_summary = apply_waivers(report.findings, waivers_path, st.options.today)
+    report = replace(report, findings=tuple(findings), waivers=waiver_summary)
+    waivers_text = gen_waivers(findings) if generate_waivers else None
     return report, waivers_text
 
 

@@ -71,7 +71,8 @@ def test_unmatched_and_expired_entries_are_findings(tmp_path: Path) -> None:
     assert by_rule["MXA210"].location.line == 6
     assert not next(f for f in out if f.rule == "MXA201").waived  # an expired entry suppresses nothing
     assert next(f for f in out if f.rule == "MXA202").waived  # valid through its expiry day
-    assert summary == {"file": str(path), "entries": 3, "waived": 1, "unmatched": 1, "expired": 1, "by_rule": {"MXA202": 1}}
+    assert summary == {"file": str(path), "entries": 3, "waived": 1, "unmatched": 1, "expired": 1, "changed": 0,
+                       "by_rule": {"MXA202": 1}}
 
 
 @pytest.mark.parametrize(
@@ -91,7 +92,7 @@ def test_invalid_file_is_a_config_error(tmp_path: Path, text: str, message: str)
 
 def test_generated_file_round_trips(tmp_path: Path) -> None:
     text = generate_waivers(FINDINGS)
-    assert text.count("- rule:") == 2 and "TODO" in text
+    assert text.count("- id:") == 2 and "TODO" in text
     out, summary = apply_waivers(FINDINGS, _file(tmp_path, text), TODAY)
     assert all(f.waived for f in out) and summary["waived"] == 2 and summary["unmatched"] == 0
 
@@ -100,3 +101,57 @@ def test_generate_with_nothing_to_waive_is_valid(tmp_path: Path) -> None:
     text = generate_waivers([])
     out, summary = apply_waivers([], _file(tmp_path, text), TODAY)
     assert out == [] and summary["entries"] == 0
+
+
+def test_changed_content_is_reported_again(tmp_path: Path) -> None:
+    accepted = make_finding("MXA201", Location("vllm_metax/v1/a.py", 10, "Impl.forward"), "flow: base 2 vs e", key="p -> c")
+    path = _file(tmp_path, generate_waivers([accepted]))
+    now = make_finding("MXA201", Location("vllm_metax/v1/a.py", 12, "Impl.forward"), "flow: base 2 vs e; layout", key="p -> c")
+    assert now.id == accepted.id
+    out, summary = apply_waivers([now], path, TODAY)
+    (f,) = out  # the entry matched (no stale-entry finding), but no longer waives
+    assert not f.waived and "changed since waived" in f.evidence[-1]
+    assert summary["changed"] == 1 and summary["unmatched"] == 0 and summary["waived"] == 0
+
+
+# ---------------------------------------------------------------- on the demo port, the whole review
+
+
+def _demo_review(repo: Path, waivers: Path | None = None, *, generate: bool = False):  # type: ignore[no-untyped-def]
+    from metax_audit import demo as demo_mod
+    from metax_audit.pipeline import ReviewOptions, review
+
+    options = ReviewOptions(mode="worktree", repo=repo, upstream=str(demo_mod.upstream_root()),
+                            extra_path=(demo_mod.stack_root(),), waivers=waivers, today=TODAY)
+    return review(options, generate_waivers=generate)
+
+
+def test_generate_then_apply_on_the_demo_is_clean_and_a_changed_flow_comes_back(tmp_path: Path) -> None:
+    import subprocess
+
+    from metax_audit import demo as demo_mod
+
+    repo = demo_mod.build_demo_repo(tmp_path / "repo")
+    first = _demo_review(repo, generate=True)
+    rules = {f.rule for f in first.report.findings}
+    assert {"MXA300", "MXA510", "MXA110"} <= rules  # every rule is written, inactive-path included
+    path = tmp_path / "waivers.yaml"
+    path.write_text(first.generated_waivers or "", encoding="utf-8")
+    assert path.read_text().count("- id:") == len(first.report.findings)
+    again = _demo_review(repo, path).report
+    assert [f for f in again.findings if not f.waived] == []
+    assert again.waivers["unmatched"] == again.waivers["expired"] == again.waivers["changed"] == 0
+    # Transpose the context LSE before the merge: the flow keeps its id, says something else now.
+    fi = repo / "vllm_metax/v1/attention/backends/flashinfer.py"
+    text = fi.read_text(encoding="utf-8")
+    call = "                merge_attn_states(output[num_decode_tokens:], ctx_out, ctx_lse, new_out, new_lse)\n"
+    assert call in text
+    fi.write_text(text.replace(call, "                ctx_lse = ctx_lse.transpose(0, 1)\n" + call), encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    changed = _demo_review(repo, path).report
+    back = [f for f in changed.findings if not f.waived]
+    (flow,) = [f for f in back if f.rule == "MXA510"]
+    assert "changed since waived" in flow.evidence[-1]
+    # The edit is also a new undeclared difference in forward (new id; its old entry goes stale).
+    assert sorted(f.rule for f in back) == ["MXA201", "MXA210", "MXA510"]
+    assert changed.waivers["changed"] == 1 and changed.waivers["unmatched"] == 1

@@ -1138,7 +1138,8 @@ def flow_finding(flow: LseFlow) -> Finding:
            f" ({p.location.path}:{p.location.line}) reaches {_short(c.callee)}({c.arg}=) with "
            + "; ".join(flow.reasons))
     loc = Location(c.location.path, c.location.line, f"{c.location.symbol}:{c.arg}")
-    return make_finding(rule_id, loc, msg, evidence)
+    # Identity is the flow (producer -> consumer argument); a new mismatch in it changes the content.
+    return make_finding(rule_id, loc, msg, evidence, key=f"{p.callee} -> {c.callee}({c.arg}=)")
 
 
 def _params_in(text: str) -> list[str]:

@@ -112,9 +112,12 @@ def _result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
         "ruleIndex": index[f.rule],
         "level": _LEVEL[f.severity.value],
         "message": {"text": _message(f)},
-        "partialFingerprints": {"metaxAuditFindingId/v1": f.id},
+        # v2: the id no longer holds a line number (fingerprints.py), so alerts survive unrelated edits.
+        "partialFingerprints": {"metaxAuditFindingId/v2": f.id},
         "properties": {"category": f.category.value, "findingId": f.id},
     }
+    if f.baseline is not None:  # SARIF's word for "fixed" results is absent; changed is updated
+        result["baselineState"] = {"new": "new", "changed": "updated", "unchanged": "unchanged"}.get(f.baseline.value, "absent")
     # "." marks a finding about the whole snapshot (a failed test command): no file to point at.
     if f.location.path not in ("", "."):
         region = {"startLine": max(f.location.line, 1)}
