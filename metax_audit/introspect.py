@@ -109,7 +109,7 @@ def introspect(
 def stack_targets(discovery: Discovery, trace: TraceResult, packages: Sequence[str]) -> list[str]:
     """What introspection should look at: the trace's kernel entry points plus every name the
     port imports from the kernel `packages` (so the import check sees private helpers too)."""
-    from metax_audit.checks.imports import imported_names
+    from metax_audit.pysource import imported_names
     from metax_audit.trace import kernel_entry_points
 
     paths = [f.path for f in discovery.files if f.parse_error is None]
@@ -326,7 +326,7 @@ _UNCACHEABLE = {"timeout", "crash"}  # may be load or a flaky import: try again 
 
 def stack_cache_dir() -> Path:
     """`<cache>/stack`, the cache being $METAX_AUDIT_CACHE or ~/.cache/metax-audit."""
-    from metax_audit.upstream import cache_root
+    from metax_audit.cachedir import cache_root
 
     return cache_root() / "stack"
 

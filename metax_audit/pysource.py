@@ -1,5 +1,6 @@
 # Reading Python sources of a snapshot safely: module <-> path mapping, size-limited decoding
-# and parsing that turns every failure into a recorded reason, and the comments ast drops.
+# and parsing that turns every failure into a recorded reason, the comments ast drops, and the
+# names a file imports (read by introspect to pick its targets and by the import check).
 from __future__ import annotations
 
 import ast
@@ -9,9 +10,10 @@ import io
 import os
 import re
 import tokenize
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib.util import decode_source
 from pathlib import Path, PurePosixPath
 
@@ -391,3 +393,70 @@ def relaxed_gc(threshold0: int = 200_000) -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*old)
+
+
+def file_stamp(path: str) -> tuple[int, int]:
+    """(mtime, size) of a file, (0, -1) when it cannot be read: the key that re-reads a changed file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (0, -1)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def parse_file(path: str) -> ast.Module | None:
+    """The ast of a snapshot file, parsed once per run for every reader (None when unreadable)."""
+    return _parse_stamped(path, file_stamp(path))
+
+
+@lru_cache(maxsize=512)
+def _parse_stamped(path: str, stamp: tuple[int, int]) -> ast.Module | None:  # stamp: re-read a changed file
+    try:
+        return cached_parse(path)[1]  # shared with the other stages, read-only
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+@dataclass(frozen=True)
+class ImportedName:
+    path: str  # repo-relative port file
+    line: int
+    module: str  # the absolute module imported from
+    name: str | None  # None for `import module`
+    guarded: bool  # inside try/except ImportError: the port has a fallback
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.name}" if self.name else self.module
+
+
+def _guarded_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in walk_nodes(tree):
+        if isinstance(node, ast.Try):
+            names = {ast.unparse(h.type) for h in node.handlers if h.type is not None}
+            if not node.handlers or any(n in {"ImportError", "ModuleNotFoundError", "Exception"} or "ImportError" in n for n in names) or any(h.type is None for h in node.handlers):
+                for stmt in node.body:
+                    lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
+def imported_names(root: Path, paths: Sequence[str], packages: Sequence[str]) -> list[ImportedName]:
+    """Absolute imports (module level and lazy) from the given top-level packages, in file order."""
+    tops = {p.replace("-", "_") for p in packages}
+    out: list[ImportedName] = []
+    for rel in paths:
+        tree = parse_file(str(root / rel))
+        if tree is None:
+            continue  # unparsable files are reported by discovery (MXA001)
+        guarded = _guarded_lines(tree)
+        for node in walk_nodes(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in tops:
+                for alias in node.names:
+                    if alias.name != "*":
+                        out.append(ImportedName(rel, node.lineno, node.module, alias.name, node.lineno in guarded))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in tops:
+                        out.append(ImportedName(rel, node.lineno, alias.name, None, node.lineno in guarded))
+    return sorted(out, key=lambda i: (i.path, i.line))

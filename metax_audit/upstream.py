@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 from metax_audit import subproc
+from metax_audit.cachedir import cache_root
 from metax_audit.errors import UpstreamError
 from metax_audit.models import UpstreamInfo
 
@@ -20,16 +21,6 @@ from metax_audit.models import UpstreamInfo
 COMPLETE_MARKER = ".metax-audit-complete"
 PIP_TIMEOUT_S = 1800  # the vLLM wheel is ~300 MB
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)\s*$")
-
-
-def cache_root(cache_dir: Path | None = None) -> Path:
-    """The metax-audit cache: explicit argument, then $METAX_AUDIT_CACHE, then ~/.cache."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    env = os.environ.get("METAX_AUDIT_CACHE")
-    if env:
-        return Path(env)
-    return Path.home() / ".cache" / "metax-audit"
 
 
 def resolve_upstream(spec: str, *, package: str = "vllm", cache_dir: Path | None = None) -> UpstreamInfo:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metax_audit.checks.stack import installed_calls, run_checks
+from metax_audit.checks import run_checks
+from metax_audit.checks.stack import installed_calls
 from metax_audit.models import (
     BackendChain,
     CallableFact,

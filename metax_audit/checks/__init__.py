@@ -1,11 +1,28 @@
 # Checks: generators of findings over the traced, introspected and compared model.
 # One module per concern; each declares its rules in metax_audit.findings at import time.
+# This package runs them; the checks share helpers from checks.stack, which imports none of them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
 from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult
 
+
+def run_checks(
+    discovery: Discovery,
+    trace: TraceResult,
+    facts: StackFacts,
+    *,
+    upstream_calls: Sequence[CallSite] = (),
+) -> Iterator[Finding]:
+    """All stack checks in a fixed order: signature, kwargs-swallowed, import, graph-capture, claim."""
+    from metax_audit.checks import claims, graph_capture, imports, kwargs, signatures
+
+    yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls)
+    yield from kwargs.check_kwargs(discovery.root, trace, facts)
+    yield from imports.check_imports(discovery, facts)
+    yield from graph_capture.check_graph_capture(discovery, trace)
+    yield from claims.check_claims(discovery)
 
 def checks_for_review(
     discovery: Discovery,
@@ -19,8 +36,6 @@ def checks_for_review(
     Without introspected facts the checks that need the installed stack see an empty stack, which
     they treat as "could not check", never as missing support.
     """
-    from metax_audit.checks.stack import run_checks
-
     if facts is None:
         facts = StackFacts(python="", captured_at="", host="", facts={}, source="none")
     yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls)

@@ -2,66 +2,18 @@
 # manifest) package does not provide, private names included. Reads the port's ast from the snapshot.
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 
-from metax_audit.checks.stack import build_note, parse_file, source_line
+from metax_audit.checks.stack import build_note, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity, StackFacts
-from metax_audit.pysource import walk_nodes
+from metax_audit.pysource import ImportedName, imported_names
 
 rule("MXA120", Category.IMPORT, Severity.ERROR, "port imports a name the installed kernel package does not provide",
      "Importing the module fails with ImportError (or AttributeError on use) against the installed package. "
      "Private names (leading underscore) move between releases without notice: vendor the helper or pin the kernel.")
 rule("MXA121", Category.IMPORT, Severity.INFO, "imported name could not be checked against the installed kernel package",
      "Introspection could not import or read the package; this is not evidence the name is missing.")
-
-
-@dataclass(frozen=True)
-class ImportedName:
-    path: str  # repo-relative port file
-    line: int
-    module: str  # the absolute module imported from
-    name: str | None  # None for `import module`
-    guarded: bool  # inside try/except ImportError: the port has a fallback
-
-    @property
-    def target(self) -> str:
-        return f"{self.module}.{self.name}" if self.name else self.module
-
-
-def _guarded_lines(tree: ast.Module) -> set[int]:
-    lines: set[int] = set()
-    for node in walk_nodes(tree):
-        if isinstance(node, ast.Try):
-            names = {ast.unparse(h.type) for h in node.handlers if h.type is not None}
-            if not node.handlers or any(n in {"ImportError", "ModuleNotFoundError", "Exception"} or "ImportError" in n for n in names) or any(h.type is None for h in node.handlers):
-                for stmt in node.body:
-                    lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
-    return lines
-
-
-def imported_names(root: Path, paths: Sequence[str], packages: Sequence[str]) -> list[ImportedName]:
-    """Absolute imports (module level and lazy) from the given top-level packages, in file order."""
-    tops = {p.replace("-", "_") for p in packages}
-    out: list[ImportedName] = []
-    for rel in paths:
-        tree = parse_file(str(root / rel))
-        if tree is None:
-            continue  # unparsable files are reported by discovery (MXA001)
-        guarded = _guarded_lines(tree)
-        for node in walk_nodes(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in tops:
-                for alias in node.names:
-                    if alias.name != "*":
-                        out.append(ImportedName(rel, node.lineno, node.module, alias.name, node.lineno in guarded))
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.split(".")[0] in tops:
-                        out.append(ImportedName(rel, node.lineno, alias.name, None, node.lineno in guarded))
-    return sorted(out, key=lambda i: (i.path, i.line))
 
 
 def check_imports(discovery: Discovery, facts: StackFacts) -> Iterator[Finding]:

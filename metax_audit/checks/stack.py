@@ -1,15 +1,15 @@
 # Shared pieces of the checks against the installed kernel stack (signature, kwargs, import,
-# graph-capture, claim) and `run_checks`, the one entry point that chains them for the pipeline.
+# graph-capture, claim): the installed side of the evidence and the port's source lines.
+# Imports no check (checks/__init__.py runs them), so the checks import it without a cycle.
 from __future__ import annotations
 
-import ast
-import os
-from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from metax_audit.models import CallableFact, CallSite, Discovery, Finding, StackFacts, TraceResult
-from metax_audit.pysource import cached_parse
+from metax_audit.models import CallableFact, CallSite, StackFacts, TraceResult
+from metax_audit.pysource import file_stamp, parse_file
+
+__all__ = ["build_note", "call_text", "checked_calls", "installed_calls", "installed_text", "parse_file", "source_line", "usable"]
 
 
 def usable(fact: CallableFact | None) -> bool:
@@ -37,29 +37,8 @@ def build_note(fact: CallableFact) -> list[str]:
             "a vendor build may differ, so confirm against a manifest captured on the vendor stack"]
 
 
-def _stamp(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (0, -1)
-    return (st.st_mtime_ns, st.st_size)
-
-
-def parse_file(path: str) -> ast.Module | None:
-    """The ast of a snapshot file, parsed once per run for all checks (None when unreadable)."""
-    return _parse(path, _stamp(path))
-
-
-@lru_cache(maxsize=512)
-def _parse(path: str, stamp: tuple[int, int]) -> ast.Module | None:  # stamp: re-read a changed file
-    try:
-        return cached_parse(path)[1]  # shared with the other stages, read-only
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
 def _lines(path: str) -> tuple[str, ...]:
-    return _read_lines(path, _stamp(path))
+    return _read_lines(path, file_stamp(path))
 
 
 @lru_cache(maxsize=512)
@@ -101,19 +80,3 @@ def installed_calls(root: Path, trace: TraceResult, facts: StackFacts, prefix: s
         out.append((call_text(root, call), installed))
     return out
 
-
-def run_checks(
-    discovery: Discovery,
-    trace: TraceResult,
-    facts: StackFacts,
-    *,
-    upstream_calls: Sequence[CallSite] = (),
-) -> Iterator[Finding]:
-    """All stack checks in a fixed order: signature, kwargs-swallowed, import, graph-capture, claim."""
-    from metax_audit.checks import claims, graph_capture, imports, kwargs, signatures
-
-    yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls)
-    yield from kwargs.check_kwargs(discovery.root, trace, facts)
-    yield from imports.check_imports(discovery, facts)
-    yield from graph_capture.check_graph_capture(discovery, trace)
-    yield from claims.check_claims(discovery)
