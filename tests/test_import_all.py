@@ -65,3 +65,68 @@ def test_probe_registry_has_no_broken_module() -> None:
     from probes.registry import registry
 
     assert registry().broken == {}
+
+
+# The stages in data-flow order (DESIGN.md); a module of one stage never imports a later one.
+STAGES = ("snapshot", "discover", "upstream", "trace", "introspect", "compare", "checks", "dataflow", "probing",
+          "inventory", "report")
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports anywhere (module level, functions, TYPE_CHECKING)."""
+    import ast
+
+    known = set(MODULES)
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for name in MODULES:
+        path = REPO / Path(*name.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join([*parts[: len(parts) - node.level + 1], *([node.module] if node.module else [])])
+                targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for target in targets:
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def _stage(module: str) -> int | None:
+    parts = module.split(".")
+    return STAGES.index(parts[1]) if parts[0] == "metax_audit" and len(parts) > 1 and parts[1] in STAGES else None
+
+
+def test_no_import_cycle() -> None:
+    graph = _import_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[str] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*path[path.index(nxt):], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_no_stage_imports_a_later_stage() -> None:
+    forward = [f"{a} -> {b}" for a, targets in sorted(_import_graph().items()) for b in sorted(targets)
+               if (sa := _stage(a)) is not None and (sb := _stage(b)) is not None and sb > sa]
+    assert forward == []
