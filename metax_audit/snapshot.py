@@ -6,12 +6,13 @@ import io
 import json
 import os
 import shutil
+import stat
 import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from metax_audit import subproc
 from metax_audit.errors import SnapshotError
@@ -92,6 +93,75 @@ def _export_index(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tuple[i
     return len(paths), notes
 
 
+def _place(root: Path, rel: str) -> Path:
+    """The path where `rel` goes inside the snapshot `root`, with its parent directories created.
+
+    Every write into a snapshot goes through here. It refuses (SnapshotError) any path that would
+    resolve outside `root`: absolute, `..`, or a parent that is a symlink or a file. Existing parents
+    are checked with lstat, never followed, so nothing is ever written beneath a symlink."""
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or not pure.parts or any(p in ("", ".", "..") for p in pure.parts):
+        raise SnapshotError(f"refusing to export {rel!r}: it would leave the snapshot")
+    here = root
+    for part in pure.parts[:-1]:
+        here = here / part
+        try:
+            mode = os.lstat(here).st_mode
+        except FileNotFoundError:
+            os.mkdir(here)
+            continue
+        if not stat.S_ISDIR(mode):
+            raise SnapshotError(f"refusing to export {rel!r}: {here.relative_to(root)} is not a directory in the snapshot")
+    target = here / pure.parts[-1]
+    if os.path.lexists(target):
+        raise SnapshotError(f"refusing to export {rel!r}: it is already in the snapshot")
+    return target
+
+
+def _link_inside(root: Path, rel: str, link: str) -> bool:
+    """Whether a symlink at `rel` with target `link` resolves (lexically) inside `root`."""
+    if os.path.isabs(link):
+        return False
+    joined = os.path.normpath(os.path.join(os.path.dirname(rel), link))
+    return joined != ".." and not joined.startswith("../") and not os.path.isabs(joined)
+
+
+def _symlinked_parent(repo: Path, rel: str) -> str | None:
+    """The first parent directory of `rel` in `repo` that is a symlink (never followed), else None."""
+    here = repo
+    parts = PurePosixPath(rel).parts
+    for i, part in enumerate(parts[:-1]):
+        here = here / part
+        try:
+            if stat.S_ISLNK(os.lstat(here).st_mode):
+                return "/".join(parts[: i + 1])
+        except OSError:
+            return None
+    return None
+
+
+def _contain_links(root: Path) -> list[str]:
+    """Record every symlink in an exported snapshot; remove those whose target leaves it.
+
+    A symlink is user state: it is recorded with its target, and one that leaves the repository is
+    never followed (a later stage could otherwise read a file outside the repo as a port file)."""
+    notes: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):  # os.walk never descends into symlinked dirs
+        for name in sorted(dirnames + filenames):
+            full = Path(dirpath) / name
+            if not full.is_symlink():
+                continue
+            rel = full.relative_to(root).as_posix()
+            link = os.readlink(full)
+            resolved = os.path.realpath(full)
+            if _link_inside(root, rel, link) and (resolved == str(root) or resolved.startswith(str(root) + os.sep)):
+                notes.append(f"symlink {rel} -> {link} (inside the repository)")
+            else:
+                full.unlink()
+                notes.append(f"symlink {rel} -> {link} leaves the repository: recorded, not followed")
+    return notes
+
+
 def _export_worktree(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
     res = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     if res.returncode != 0:
@@ -99,25 +169,45 @@ def _export_worktree(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tupl
     notes: list[str] = []
     count = 0
     gitlinks = set(_gitlinks(repo))
+    skipped_under: dict[str, int] = {}
     for rel in sorted({p for p in res.stdout.split("\0") if p and _selected(p, only)}):
         src = repo / rel
-        target = dest / rel
         if rel in gitlinks:
-            target.mkdir(parents=True, exist_ok=True)
+            _mkdir_in(dest, rel)
             notes.append(f"submodule {rel} exported as an empty directory (its files belong to another repository)")
             continue
-        if not os.path.lexists(src):
+        linked = _symlinked_parent(repo, rel)
+        if linked is not None:
+            # Tracked below a directory the worktree replaced by a symlink: not in the worktree as a
+            # file (git status shows it deleted); the symlink itself is recorded on its own.
+            skipped_under[linked] = skipped_under.get(linked, 0) + 1
+            continue
+        try:
+            st = os.lstat(src)
+        except FileNotFoundError:
             continue  # deleted in the worktree but still in the index: the worktree no longer has it
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), target)
-        elif src.is_file():
-            shutil.copyfile(src, target)
-            shutil.copymode(src, target)
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(src), _place(dest, rel))
+        elif stat.S_ISREG(st.st_mode):
+            target = _place(dest, rel)
+            with open(src, "rb") as fin, open(target, "xb") as fout:  # "x": never through an existing link
+                shutil.copyfileobj(fin, fout)
+            os.chmod(target, stat.S_IMODE(st.st_mode))
         else:
             continue
         count += 1
+    for linked, n in sorted(skipped_under.items()):
+        link = os.readlink(repo / linked)
+        where = "inside the repository" if _link_inside(repo, linked, link) else "leaves the repository: recorded, not followed"
+        notes.append(f"{linked} is a symlink in the worktree (-> {link}, {where}): "
+                     f"{n} tracked file(s) below it not exported")
     return count, notes
+
+
+def _mkdir_in(root: Path, rel: str) -> None:
+    """An empty directory at `rel` inside the snapshot (a gitlink), through _place's checks."""
+    target = _place(root, rel)
+    target.mkdir()
 
 
 def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) -> tuple[str, int, list[str]]:
@@ -138,8 +228,16 @@ def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) ->
     count = 0
     notes: list[str] = []
     with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
-        members = [m for m in tar.getmembers() if m.name != "pax_global_header"]
-        tar.extractall(dest, members=members, filter="tar")
+        members = []
+        for m in tar.getmembers():
+            if m.name == "pax_global_header" or not (m.isfile() or m.isdir() or m.issym()):
+                continue
+            if m.issym() and not _link_inside(dest, m.name, m.linkname):
+                notes.append(f"symlink {m.name} -> {m.linkname} leaves the repository: recorded, not followed")
+                continue
+            members.append(m)
+        # "data" refuses absolute names, `..` and links leaving dest; we dropped those links above.
+        tar.extractall(dest, members=members, filter="data")
         count = sum(1 for m in members if m.isfile() or m.issym())
     tree = _git(repo, "ls-tree", "-r", "-z", sha)
     for entry in tree.stdout.split("\0"):
@@ -183,9 +281,10 @@ def _export_installed(package: str, dest: Path, python: str | None) -> tuple[dic
         src = base / rel
         if src.suffix != ".py" or not src.is_file():
             continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, target)
+        if src.is_symlink():
+            continue  # never followed: what a symlink in site-packages points at is not the package
+        with open(src, "rb") as fin, open(_place(dest, rel), "xb") as fout:
+            shutil.copyfileobj(fin, fout)
         count += 1
     if count == 0 and info.get("direct_url"):
         raise SnapshotError(f"{info['name']} is an editable install ({info['direct_url'].get('url')}): review its git checkout with --worktree instead")
@@ -225,9 +324,11 @@ def snapshot(
             head = head_commit(top)
             if mode == "staged":
                 count, notes = _export_index(top, tmp, only)
+                notes += _contain_links(tmp)
                 snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "index", count, tuple(notes))
             elif mode == "worktree":
                 count, notes = _export_worktree(top, tmp, only)
+                notes += _contain_links(tmp)
                 snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "worktree", count, tuple(notes))
             else:
                 if not rev:
@@ -235,6 +336,7 @@ def snapshot(
                 if head is None and rev:
                     raise SnapshotError(f"unknown revision {rev!r}: {top} has no commits yet (use --staged)")
                 sha, count, notes = _export_rev(top, rev, tmp, only)
+                notes += _contain_links(tmp)
                 snap = SnapshotInfo(mode, str(top), sha, False, tmp, rev, count, tuple(notes))
         yield snap
     finally:

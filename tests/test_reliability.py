@@ -1,0 +1,106 @@
+# Attacks a hostile or careless user would try, run on fixtures: each asserts the audited repo is
+# byte-identical afterwards, no code of the repo ran (no marker file), and the documented exit code.
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_snapshot import fingerprint, git
+
+from metax_audit import demo
+from metax_audit.snapshot import snapshot
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def run_tool(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m metax_audit ARGS` as a user runs it: from `cwd`, the tool found through PYTHONPATH."""
+    full = {**os.environ, "PYTHONPATH": str(PROJECT), "CI": "1", "COLUMNS": "500", **(env or {})}
+    full.pop("PYTHONSAFEPATH", None)
+    return subprocess.run([sys.executable, "-m", "metax_audit", *args], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("metax-audit: error: "), err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return lines[0]
+
+
+@pytest.fixture()
+def demo_repo(tmp_path: Path) -> Path:
+    return demo.build_demo_repo(tmp_path / "port")
+
+
+def review_args(out: Path, *extra: str) -> list[str]:
+    return ["review", "--upstream", str(demo.upstream_root()), "--output-dir", str(out), "--format", "json,md",
+            *extra]
+
+
+# ---------------------------------------------------------------- 1. symlinks in the snapshot
+
+
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative-out-and-back", "absolute"])
+def test_symlinked_directory_is_audited_never_followed(tmp_path: Path, demo_repo: Path, absolute: bool) -> None:
+    victim = tmp_path / "victimdir"
+    ops = demo_repo / "vllm_metax" / "v1" / "attention" / "ops"
+    os.rename(ops, victim)
+    victim_before = {p.name: p.read_bytes() for p in victim.iterdir()}
+    # ops -> ../../../../victimdir leaves the repository and names a real directory outside it
+    link = str(victim) if absolute else os.path.relpath(victim, ops.parent)
+    os.symlink(link, ops)
+    before = fingerprint(demo_repo)
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--fail-on", "never"))
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr
+    assert fingerprint(demo_repo) == before
+    assert {p.name: p.read_bytes() for p in victim.iterdir()} == victim_before
+    assert "leaves the repository: recorded, not followed" in r.stdout + r.stderr
+
+
+def test_snapshot_records_links_and_never_writes_through_them(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    (repo / "pkg").mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "pkg" / "a.py").write_text("A = 1\n")
+    (repo / "pkg" / "sub").mkdir()
+    (repo / "pkg" / "sub" / "b.py").write_text("B = 1\n")
+    os.symlink("a.py", repo / "pkg" / "inside.py")
+    os.symlink("/etc/hostname", repo / "pkg" / "abs.py")
+    os.symlink("../../outside.py", repo / "pkg" / "out.py")
+    (tmp_path / "outside.py").write_text("SECRET = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    for mode, rev in (("staged", None), ("worktree", None), ("rev", "HEAD")):
+        with snapshot(mode, repo, rev) as snap:
+            root = snap.root
+            assert (root / "pkg" / "inside.py").read_text() == "A = 1\n"
+            assert not os.path.lexists(root / "pkg" / "abs.py"), mode
+            assert not os.path.lexists(root / "pkg" / "out.py"), mode
+            assert any("pkg/out.py -> ../../outside.py leaves the repository" in n for n in snap.notes), (mode, snap.notes)
+            assert any("pkg/abs.py -> /etc/hostname leaves the repository" in n for n in snap.notes), (mode, snap.notes)
+    # a tracked directory replaced by a link: the files below it are not exported, nothing is written there
+    os.rename(repo / "pkg" / "sub", tmp_path / "elsewhere")
+    os.symlink(str(tmp_path / "elsewhere"), repo / "pkg" / "sub")
+    with snapshot("worktree", repo) as snap:
+        assert not os.path.lexists(snap.root / "pkg" / "sub")
+        assert any(n.startswith("pkg/sub is a symlink in the worktree (-> ") and n.endswith("leaves the repository: recorded, not followed): 1 tracked file(s) below it not exported") for n in snap.notes), snap.notes
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["b.py"]
+
+
+def test_place_refuses_paths_leaving_the_snapshot(tmp_path: Path) -> None:
+    from metax_audit.errors import SnapshotError
+    from metax_audit.snapshot import _place
+
+    root = tmp_path / "snap"
+    root.mkdir()
+    os.symlink(str(tmp_path), root / "link")
+    for bad in ("../x.py", "/etc/x.py", "a/../../x.py", "link/x.py", ""):
+        with pytest.raises(SnapshotError):
+            _place(root, bad)
+    assert _place(root, "a/b/c.py") == root / "a" / "b" / "c.py"
+    assert (root / "a" / "b").is_dir() and not (tmp_path / "x.py").exists()
