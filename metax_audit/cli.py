@@ -275,13 +275,12 @@ def demo(
     keep: Annotated[Path | None, typer.Option("--keep", help="Build the demo repo here and keep it (default: a temp dir).")] = None,
 ) -> None:
     """Build the bundled demo port as a git repo with staged changes and review it end to end."""
-    import tempfile
-
     from metax_audit import demo as demo_mod
+    from metax_audit import tempdirs
     from metax_audit.pipeline import ReviewOptions
 
     with _Guard():
-        holder = Path(tempfile.mkdtemp(prefix="metax-audit-demo-")) if keep is None else keep
+        holder = tempdirs.make("demo") if keep is None else keep
         repo = demo_mod.build_demo_repo(holder / "vllm-metax-demo" if keep is None else keep)
         typer.echo(f"demo port repo: {repo} (one commit, staged + unstaged + untracked changes)", err=True)
     options = ReviewOptions(

@@ -129,13 +129,13 @@ def _worker(packages: Sequence[str]) -> dict[str, Any]:
 def collect_environment(*, python: str | None = None, packages: Sequence[str] = DEFAULT_PACKAGES, timeout: float = 120) -> dict[str, Any]:
     """The environment record of `python` (default: this interpreter), gathered in a subprocess
     so a broken torch install is a recorded fact, not our crash."""
-    from metax_audit.subproc import run
+    from metax_audit.subproc import run_python
 
     root = Path(__file__).resolve().parent.parent
     import os
 
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    done = run([python or sys.executable, "-m", "metax_audit.evidence", "--worker", *packages], env=env, timeout=timeout)
+    done = run_python(python or sys.executable, ["-m", "metax_audit.evidence", "--worker", *packages], env=env, timeout=timeout)
     if done.timed_out:
         return {"schema": SCHEMA, "error": f"environment worker timed out after {timeout:g}s", "stderr_tail": done.stderr[-1000:]}
     try:

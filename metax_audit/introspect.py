@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -15,11 +14,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from metax_audit import subproc
+from metax_audit import subproc, tempdirs
 from metax_audit.errors import IntrospectError, SubprocessError
 from metax_audit.models import CallableFact, Discovery, ParamFact, StackFacts, TraceResult
 
 WORKER = Path(__file__).with_name("introspect_worker.py")
+# The port packages the worker must refuse (JSON list); read by introspect_worker.enter_site, a
+# standalone script this module never imports.
+FENCE_ENV = "METAX_AUDIT_NEVER_IMPORT"
 MANIFEST_SCHEMA = "metax-audit/stack/v1"
 _FACT_FIELDS = {f.name for f in fields(CallableFact)}
 # Cache/JIT directories of the usual kernel stack (XDG, torch extensions, Triton, FlashInfer).
@@ -142,8 +144,8 @@ def _run_worker(
     if prestarted is not None:
         done = prestarted.finish(json.dumps(request), timeout)
     else:
-        with _sandbox() as (cwd, env):
-            done = subproc.run([interpreter, "-B", str(WORKER)], cwd=cwd, env=env, timeout=timeout,
+        with _sandbox(never_import) as (cwd, env):
+            done = subproc.run(worker_command(interpreter), cwd=cwd, env=env, timeout=timeout,
                                input=json.dumps(request))
     current: str | None = None
     finished = False
@@ -194,14 +196,20 @@ def _run_worker(
     return current, "crash", f"the worker died (exit {done.returncode}) on it: {tail or 'no stderr'}"
 
 
+def worker_command(interpreter: str) -> list[str]:
+    """The worker's command line: -S so that site (its .pth files and any sitecustomize) only runs
+    inside the worker once the fence against the port stands (introspect_worker.enter_site)."""
+    return [interpreter, "-B", "-S", str(WORKER)]
+
+
 @contextmanager
-def _sandbox() -> Iterator[tuple[Path, dict[str, str]]]:
+def _sandbox(never_import: Sequence[str] = ()) -> Iterator[tuple[Path, dict[str, str]]]:
     """An empty temp dir as the worker's cwd, so nothing is imported from, or written into, the
     user's tree; caches that kernel packages create at import time (JIT logs, build dirs) go there
     too, so capturing facts leaves the user's home and site-packages as they were."""
-    with tempfile.TemporaryDirectory(prefix="metax-audit-introspect-") as cwd:
+    with tempdirs.scratch("introspect") as cwd:
         sandbox = {name: str(Path(cwd) / "cache") for name in _CACHE_VARS}
-        yield Path(cwd), {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1", **sandbox}
+        yield Path(cwd), {**subproc.PYTHON_ENV, FENCE_ENV: json.dumps(sorted(set(never_import))), **sandbox}
 
 
 class Prestarted:
@@ -234,15 +242,16 @@ class Prestarted:
             self._sandbox.close()
 
 
-def prestart(preload: Sequence[str], *, python: str | None = None, extra_path: Sequence[Path] = ()) -> Prestarted | None:
+def prestart(preload: Sequence[str], *, python: str | None = None, extra_path: Sequence[Path] = (),
+             never_import: Sequence[str] = ()) -> Prestarted | None:
     """Start a worker that imports `preload` (the kernel packages) while the caller finds the
     targets; None when it cannot be started (the ordinary run then reports why)."""
     interpreter = python or sys.executable
     stack = ExitStack()
-    cwd, env = stack.enter_context(_sandbox())
+    cwd, env = stack.enter_context(_sandbox(never_import))
     head = json.dumps({"preload": list(preload), "extra_path": [str(p) for p in extra_path]}) + "\n"
     try:
-        started = subproc.start([interpreter, "-B", str(WORKER)], cwd=cwd, env=env, first_input=head)
+        started = subproc.start(worker_command(interpreter), cwd=cwd, env=env, first_input=head)
     except SubprocessError:
         stack.close()
         return None
@@ -438,8 +447,8 @@ def _cache_keys(interpreter: str, targets: list[str], extra_path: Sequence[Path]
     import hashlib
 
     try:
-        done = subproc.run([interpreter, "-c", "import json, sys; print(json.dumps(sys.path))"],
-                           env={"PYTHONSAFEPATH": "1"}, timeout=30)
+        with _sandbox() as (cwd, env):
+            done = subproc.run([*worker_command(interpreter), "--sys-path"], cwd=cwd, env=env, timeout=30)
         sys_path = [str(p) for p in json.loads(done.stdout)]
     except (SubprocessError, ValueError, TypeError):
         return None  # the worker run reports a broken interpreter in its own words

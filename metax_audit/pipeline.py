@@ -152,7 +152,7 @@ def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> intr
         return None  # a manifest or a stub stack (tests, demo): nothing to gain
     if introspect_mod.stack_seen(python=options.python):
         return None
-    return introspect_mod.prestart(config.kernel_modules, python=options.python)
+    return introspect_mod.prestart(config.kernel_modules, python=options.python, never_import=(config.port_package,))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 from metax_audit.errors import ProbeError
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import BackendChain, Category, Finding, Location, ProbeResult, Severity
-from metax_audit.subproc import run as run_subprocess
+from metax_audit.subproc import run_python
 
 MARKER = "PROBE-OUTCOME "
 _PROBES_ROOT = Path(__file__).resolve().parent.parent  # the directory holding the `probes` package
@@ -153,10 +153,10 @@ def run_probes(
            "PYTHONUNBUFFERED": "1"}
     results = []
     for probe in chosen:
-        args = [python or sys.executable, "-m", "probes", "run", "--probe", probe, "--family", fam, "--target", target, "--device", device]
+        args = ["-m", "probes", "run", "--probe", probe, "--family", fam, "--target", target, "--device", device]
         for k, v in (options or {}).items():
             args += ["--option", f"{k}={v}"]
-        done = run_subprocess(args, env=env, timeout=timeout)
+        done = run_python(python or sys.executable, args, env=env, timeout=timeout)
         results.append(_parse(done, probe, fam, target, timeout, options or {}))
     return results
 

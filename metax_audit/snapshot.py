@@ -9,12 +9,11 @@ import shutil
 import stat
 import sys
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from metax_audit import subproc
+from metax_audit import subproc, tempdirs
 from metax_audit.errors import SnapshotError
 from metax_audit.models import SnapshotInfo, TestRun
 
@@ -269,7 +268,7 @@ print(json.dumps({"name": dist.metadata["Name"], "version": dist.version, "base"
 
 def _export_installed(package: str, dest: Path, python: str | None) -> tuple[dict, int]:
     # Located through importlib.metadata in the target interpreter; the package is never imported.
-    res = subproc.run([python or sys.executable, "-B", "-c", _INSTALLED_SCRIPT, package.split(".")[0]], timeout=120)
+    res = subproc.run_python(python or sys.executable, ["-c", _INSTALLED_SCRIPT, package.split(".")[0]], timeout=120)
     if res.returncode != 0:
         raise SnapshotError(f"could not query the installed distribution of {package}: {res.stderr.strip()[-300:]}")
     info = json.loads(res.stdout)
@@ -309,7 +308,7 @@ def snapshot(
     """
     if mode not in MODES:
         raise SnapshotError(f"unknown snapshot mode {mode!r} (one of {', '.join(MODES)})")
-    tmp = Path(tempfile.mkdtemp(prefix="metax-audit-snap-"))
+    tmp = tempdirs.make("snap")
     try:
         notes: list[str] = []
         if mode == "installed":

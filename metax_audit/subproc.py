@@ -118,6 +118,33 @@ def start(args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str
     return Started(proc, args, err)
 
 
+# Every Python interpreter the tool starts gets these: no bytecode written anywhere, and no unsafe
+# first sys.path entry (the cwd for -c/-m, a script's directory) where the interpreter knows
+# PYTHONSAFEPATH (3.11+). run_python's cwd is an empty private directory, so the entry that an older
+# interpreter still adds names nothing the user wrote.
+PYTHON_ENV = {"PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def run_python(
+    interpreter: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 120,
+    input: str | None = None,
+    isolated: bool = False,
+) -> Completed:
+    """Run `interpreter -B [-I] ARGS` with PYTHON_ENV from a neutral, empty cwd, never the caller's or
+    the audited repo's (a json.py or torch.py there must not be imported). `isolated` adds -I (no
+    PYTHON* variables, no user site) for helpers that need nothing from the environment."""
+    from metax_audit import tempdirs
+
+    flags = ["-B", "-I"] if isolated else ["-B"]
+    with tempdirs.scratch("cwd") as cwd:
+        return run([interpreter, *flags, *args], cwd=cwd, env={**PYTHON_ENV, **(env or {})}, timeout=timeout,
+                   input=input)
+
+
 def run_binary(args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 600) -> tuple[int, bytes, str]:
     """Like run() for a command whose stdout is binary (a tar stream): (returncode, stdout, stderr).
     A timeout is an error here: a truncated binary stream is not a usable result."""

@@ -96,9 +96,9 @@ def _download_and_extract(pin: str, entry: Path, root_dir: Path) -> None:
         dest = Path(tmp) / "dl"
         dest.mkdir()
         # Wheels only: an sdist would make pip build metadata, which can need a compiler or torch.
-        done = subproc.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), pin],
-            timeout=PIP_TIMEOUT_S,
+        done = subproc.run_python(
+            sys.executable, ["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest), pin],
+            timeout=PIP_TIMEOUT_S, isolated=True,
         )
         if done.timed_out:
             raise UpstreamError(f"pip download {pin} timed out after {PIP_TIMEOUT_S}s")

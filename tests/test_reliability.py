@@ -104,3 +104,53 @@ def test_place_refuses_paths_leaving_the_snapshot(tmp_path: Path) -> None:
             _place(root, bad)
     assert _place(root, "a/b/c.py") == root / "a" / "b" / "c.py"
     assert (root / "a" / "b").is_dir() and not (tmp_path / "x.py").exists()
+
+
+# ---------------------------------------------------------------- 2. the user's code never runs
+
+MARKER_CODE = "import pathlib; pathlib.Path({path!r}).write_text('ran')\n"
+
+
+def plant(repo: Path, marker_dir: Path, *names: str) -> list[Path]:
+    """Modules at the repo root that write a marker when imported; returns the markers."""
+    markers = []
+    for name in names:
+        marker = marker_dir / f"ran-{name}"
+        (repo / f"{name}.py").write_text(MARKER_CODE.format(path=str(marker)))
+        markers.append(marker)
+    return markers
+
+
+def test_shadowing_modules_in_the_repo_never_run(tmp_path: Path, demo_repo: Path) -> None:
+    markers = plant(demo_repo, tmp_path, "json", "torch", "sitecustomize", "typing_extensions", "dataclasses")
+    before = fingerprint(demo_repo)
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--fail-on", "never"))
+    assert r.returncode == 0, r.stderr
+    r = run_tool(demo_repo, "evidence", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [m for m in markers if m.exists()] == []
+    assert fingerprint(demo_repo) == before  # no __pycache__ either
+
+
+def test_editable_install_of_the_port_is_never_imported(tmp_path: Path, demo_repo: Path) -> None:
+    """The port installed editable into --python's environment, named among the kernel modules of its
+    own config, with a sitecustomize and a torch.py at the repo root: none of it runs."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site_dir = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+    (site_dir / "__editable__.vllm_metax.pth").write_text(str(demo_repo) + "\n")
+    markers = plant(demo_repo, tmp_path, "sitecustomize", "torch")
+    init = demo_repo / "vllm_metax" / "__init__.py"
+    init.write_text(init.read_text() + MARKER_CODE.format(path=str(tmp_path / "ran-port")))
+    markers.append(tmp_path / "ran-port")
+    (demo_repo / ".metax-audit.yaml").write_text("kernel-modules: [flashinfer, vllm_metax, torch]\n")
+    before = fingerprint(demo_repo)
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--fail-on", "never", "--python", str(python)))
+    assert r.returncode == 0, r.stderr
+    assert [m for m in markers if m.exists()] == []
+    assert fingerprint(demo_repo) == before
+    # the fence is what held: the same interpreter without it does run the repo's sitecustomize
+    subprocess.run([str(python), "-c", "pass"], cwd=tmp_path, check=True)
+    assert markers[0].exists()

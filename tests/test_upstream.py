@@ -71,7 +71,9 @@ class FakePip:
 
     def __call__(self, args, **kwargs) -> subproc.Completed:
         self.calls.append(tuple(args))
-        assert args[1:4] == ["-m", "pip", "download"] and "--no-deps" in args
+        # isolated (-I), no bytecode (-B), from a neutral cwd: a pip.py in the caller's cwd is never run
+        assert args[1:6] == ["-B", "-I", "-m", "pip", "download"] and "--no-deps" in args
+        assert kwargs["cwd"] != Path.cwd() and not any(Path(kwargs["cwd"]).iterdir())
         if self.fail:
             return subproc.Completed(tuple(args), 1, "", f"ERROR: {self.fail}\n")
         dest = Path(args[args.index("-d") + 1])
