@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_snapshot import fingerprint, git
+from conftest import fingerprint, git
 
 from metax_audit import demo
 from metax_audit.snapshot import snapshot
