@@ -73,7 +73,8 @@ STAGES = ("snapshot", "discover", "upstream", "trace", "introspect", "compare", 
 
 
 def _import_graph() -> dict[str, set[str]]:
-    """module -> the project modules it imports anywhere (module level, functions, TYPE_CHECKING)."""
+    """module -> the project modules it imports when it runs (module level and in functions; an
+    `if TYPE_CHECKING:` import is for annotations only and never runs)."""
     import ast
 
     known = set(MODULES)
@@ -82,7 +83,13 @@ def _import_graph() -> dict[str, set[str]]:
         path = REPO / Path(*name.split("."))
         path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {id(n) for guard in ast.walk(tree) if isinstance(guard, ast.If)
+                       and ast.unparse(guard.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                       for stmt in guard.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
