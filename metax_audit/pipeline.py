@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from metax_audit import introspect as introspect_mod
     from metax_audit.checks.dataflow import LseFlow
     from metax_audit.contracts import Contracts
+    from metax_audit.trace.symbols import SymbolTable
 
 T = TypeVar("T")
 
@@ -211,7 +212,8 @@ def _audit_stages(st: _Stages, background: _Background, started: float, generate
                   ) -> tuple[AuditReport, str | None]:
     discovery = _discover_stage(st)
     upstream, base = _upstream_stage(st)
-    discovery, trace = _trace_stage(st, discovery, upstream)
+    symbols = _symbols(st, upstream, base)
+    discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
     contracts = _project_contracts()
     dataflow = background.fork(partial(_dataflow, discovery, st.config, contracts))
@@ -219,7 +221,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float, generate
     collect_facts = _introspect(discovery, trace, st.config, replace(st.options, static_roots=static_roots), st.run,
                                 st.progress, background)
     comparison = _compare_stage(st, discovery, upstream, base)
-    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts)
+    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, symbols)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
@@ -278,13 +280,24 @@ def _upstream_stage(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | No
     return upstream, base
 
 
-def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None) -> tuple[Discovery, TraceResult]:
+def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> SymbolTable:
+    """The review's one symbol table: port snapshot, upstream release, base release (stack attached later)."""
+    from metax_audit.trace.symbols import SymbolTable
+
+    return SymbolTable.build(st.snap.root, st.config.port_package, upstream.root if upstream else None,
+                             st.config.upstream_package, max_bytes=st.config.max_file_bytes,
+                             upstream_version=upstream.version if upstream else None,
+                             base_root=base.root if base else None, base_version=base.version if base else None)
+
+
+def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, symbols: SymbolTable | None = None,
+                 ) -> tuple[Discovery, TraceResult]:
     """The traced backends; the discovery widened by the port files the trace reached."""
     from metax_audit import discover as discover_mod
     from metax_audit import trace as trace_mod
 
     with st.run.stage("trace", st.progress) as notes:
-        trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None)
+        trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None, symbols)
         if trace.reached_files:
             discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files)
             st.run.findings += discover_mod.coverage_findings(
@@ -309,15 +322,17 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
 
 
 def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, comparison: Comparison | None,
-                  upstream: UpstreamInfo | None, collect_facts: Callable[[], StackFacts | None]) -> StackFacts | None:
+                  upstream: UpstreamInfo | None, collect_facts: Callable[[], StackFacts | None],
+                  symbols: SymbolTable | None = None) -> StackFacts | None:
     """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
     with st.run.stage("checks", st.progress) as notes:
         from metax_audit.checks import checks_for_review
+        from metax_audit.checks.imports import absorb_consequences
 
         up_calls = _upstream_calls(comparison, upstream, st.config)
         facts = collect_facts()
-        found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls))
-        st.run.findings += found
+        found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, symbols=symbols))
+        st.run.findings = absorb_consequences([*st.run.findings, *found])
         notes.append(f"{len(found)} findings")
     return facts
 

@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult
+
+if TYPE_CHECKING:
+    from metax_audit.trace.symbols import SymbolTable
 
 
 def run_checks(
@@ -30,6 +34,7 @@ def checks_for_review(
     facts: StackFacts | None,
     *,
     upstream_calls: Sequence[CallSite] = (),
+    symbols: SymbolTable | None = None,
 ) -> Iterator[Finding]:
     """The stack checks (signature, kwargs-swallowed, import, graph-capture, claim).
 
@@ -39,3 +44,9 @@ def checks_for_review(
     if facts is None:
         facts = StackFacts(python="", captured_at="", host="", facts={}, source="none")
     yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls)
+    if symbols is not None:
+        # The binding checks ask the review's one symbol table (port, upstream, base, stack).
+        from metax_audit.checks.imports import check_port_imports
+
+        symbols.attach_stack(facts)
+        yield from check_port_imports(discovery, symbols)

@@ -2,12 +2,17 @@
 # manifest) package does not provide, private names included. Reads the port's ast from the snapshot.
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 from metax_audit.checks.stack import build_note, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity, StackFacts
-from metax_audit.pysource import ImportedName, imported_names
+from metax_audit.pysource import ImportedName, imported_names, walk_nodes
+from metax_audit.trace.modules import ModuleInfo
+from metax_audit.trace.symbols import NameAnswer, Provider, Status, SymbolTable, absolute_module
 
 rule("MXA120", Category.IMPORT, Severity.ERROR, "port imports a name the installed kernel package does not provide",
      "Importing the module fails with ImportError (or AttributeError on use) against the installed package. "
@@ -50,3 +55,255 @@ def check_imports(discovery: Discovery, facts: StackFacts) -> Iterator[Finding]:
                            f"{len(imps)} import(s) from {top} not checked: introspection says {fact.status}",
                            [f"fact: {fact.target} status={fact.status}: {fact.error or ''}",
                             *(f"port: {i.path}:{i.line}: import {i.target}" for i in imps[:10])])
+
+
+# ---------------------------------------------------------------- port and upstream imports
+
+rule("MXA122", Category.IMPORT, Severity.ERROR, "port imports a module or name that its provider does not define",
+     "The import resolves against the port snapshot or the upstream release the port declares, and the module or the "
+     "name is not there (nor re-exported, nor provided by a module __getattr__): importing the module raises "
+     "ImportError, a lazy import fails when its function runs. One finding per missing name; the other import sites "
+     "and the uses that fail with it are in the evidence. A try/except ImportError or a condition lowers it to a "
+     "warning (the guarded feature is off), a TYPE_CHECKING-only import used only in annotations to info.")
+
+
+@dataclass(frozen=True)
+class Guard:
+    kind: str  # "try" | "type-checking" | "if"
+    text: str  # the condition, or the except clause with its fallback
+    reraises: bool = False
+
+
+@dataclass(frozen=True)
+class ImportSite:
+    path: str
+    line: int
+    module: str  # absolute module
+    name: str | None  # None for `import module`
+    local: str  # the name it binds in the importing scope
+    function: str  # enclosing function ("" at module level)
+    guards: tuple[Guard, ...]
+
+
+_IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+def _handler_catches(h: ast.ExceptHandler) -> bool:
+    if h.type is None:
+        return True
+    names = [h.type] if not isinstance(h.type, ast.Tuple) else list(h.type.elts)
+    return any(ast.unparse(n).rsplit(".", 1)[-1] in _IMPORT_ERRORS for n in names)
+
+
+def _try_guard(node: ast.Try) -> Guard | None:
+    handlers = [h for h in node.handlers if _handler_catches(h)]
+    if not handlers:
+        return None
+    h = handlers[0]
+    body = [s for s in h.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    reraises = any(isinstance(s, ast.Raise) for s in body) and not any(isinstance(s, ast.Assign | ast.ClassDef | ast.FunctionDef | ast.Import | ast.ImportFrom) for s in body)
+    fallback = "; ".join(ast.unparse(s).splitlines()[0] for s in body[:2]) or "pass"
+    what = ast.unparse(h.type) if h.type is not None else "(bare)"
+    return Guard("try", f"except {what}: {fallback}", reraises)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return ast.unparse(test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+
+
+def import_sites(info: ModuleInfo, path: str) -> list[ImportSite]:
+    """Every import of a module (module level, in functions, lazy, conditional) with its guards."""
+    out: list[ImportSite] = []
+
+    def visit(stmts: list[ast.stmt], guards: tuple[Guard, ...], function: str, prefix: str = "") -> None:
+        # function: the enclosing def ("" while the code runs at import); prefix: its qualname so far
+        for st in stmts:
+            if isinstance(st, ast.Import):
+                for a in st.names:
+                    out.append(ImportSite(path, st.lineno, a.name, None, a.asname or a.name.split(".")[0], function, guards))
+            elif isinstance(st, ast.ImportFrom):
+                mod = absolute_module(info, st)
+                for a in st.names:
+                    if a.name != "*":
+                        out.append(ImportSite(path, st.lineno, mod, a.name, a.asname or a.name, function, guards))
+            elif isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(st.body, guards, prefix + st.name, prefix + st.name + ".")
+            elif isinstance(st, ast.ClassDef):
+                visit(st.body, guards, function, prefix + st.name + ".")  # a class body runs at import
+            elif isinstance(st, ast.If):
+                if _is_type_checking(st.test):
+                    visit(st.body, (*guards, Guard("type-checking", "if TYPE_CHECKING")), function, prefix)
+                    visit(st.orelse, guards, function, prefix)
+                else:
+                    test = ast.unparse(st.test)
+                    visit(st.body, (*guards, Guard("if", f"if {test}")), function, prefix)
+                    visit(st.orelse, (*guards, Guard("if", f"if not ({test})")), function, prefix)
+            elif isinstance(st, ast.Try | ast.TryStar):
+                g = _try_guard(st)  # type: ignore[arg-type]
+                visit(st.body, (*guards, g) if g else guards, function, prefix)
+                for h in st.handlers:
+                    visit(h.body, guards, function, prefix)
+                visit(st.orelse, guards, function, prefix)
+                visit(st.finalbody, guards, function, prefix)
+            else:
+                for block in ("body", "orelse", "finalbody"):
+                    sub = getattr(st, block, None)
+                    if isinstance(sub, list):
+                        visit(sub, guards, function, prefix)
+                for case in getattr(st, "cases", []) or []:
+                    visit(case.body, guards, function, prefix)
+
+    visit(info.tree.body, (), "")
+    return out
+
+
+@dataclass(frozen=True)
+class BrokenImport:
+    """One missing module or name, with every site that imports it and what fails with it."""
+
+    answer: NameAnswer
+    sites: tuple[ImportSite, ...]
+    uses: tuple[tuple[str, int, str], ...]  # (path, line, text) of the uses that fail with it
+    at_base: bool | None
+
+
+def broken_imports(discovery: Discovery, symbols: SymbolTable) -> list[BrokenImport]:
+    """Imports of port and upstream modules in scope that do not resolve, grouped by root cause."""
+    groups: dict[tuple[str, str | None], list[ImportSite]] = {}
+    answers: dict[tuple[str, str | None], NameAnswer] = {}
+    infos: dict[str, ModuleInfo] = {}
+    for sf in discovery.files:
+        if sf.parse_error is not None or not sf.path.endswith(".py"):
+            continue
+        info = symbols.index.module_for_path(sf.path)
+        if info is None:
+            continue
+        infos[sf.path] = info
+        for site in import_sites(info, sf.path):
+            if symbols.provider(site.module) not in (Provider.PORT, Provider.UPSTREAM):
+                continue  # kernel packages: MXA120 over introspection facts; others are not read
+            key = _root_key(site, symbols)
+            if key not in answers:
+                answers[key] = symbols.lookup_import(*key)
+            if answers[key].missing and not _compiled_extension(answers[key], symbols):
+                groups.setdefault(key, []).append(site)
+    out = []
+    for key, sites in groups.items():
+        uses = tuple(u for s in sites for u in _uses(infos[s.path], s))
+        out.append(BrokenImport(answers[key], tuple(sites), uses, symbols.at_base(*key)))
+    return out
+
+
+def _root_key(site: ImportSite, symbols: SymbolTable) -> tuple[str, str | None]:
+    """The first missing piece is the root cause: `from a.b import c` with a.b missing is module a.b."""
+    if site.name is not None and not symbols.index.exists(site.module) and symbols.index.namespace_dir(site.module) is None:
+        return (site.module, None)
+    return (site.module, site.name)
+
+
+def _compiled_extension(answer: NameAnswer, symbols: SymbolTable) -> bool:
+    """A private port module without Python source (vllm_metax._C): a built extension the snapshot,
+    which holds sources only, cannot contain. Not a broken import; the stack pins cover it."""
+    last = answer.module.rsplit(".", 1)[-1] if answer.name is None else answer.name
+    return answer.provider is Provider.PORT and answer.status is Status.MISSING_MODULE and last.startswith("_")
+
+
+def _uses(info: ModuleInfo, site: ImportSite) -> list[tuple[str, int, str]]:
+    """Runtime uses of the imported local name in the module (annotations excluded), in line order."""
+    out = []
+    lines = info.source.splitlines()
+    for node in _runtime_loads(info):
+        if node.id == site.local and node.lineno != site.line:
+            text = lines[node.lineno - 1].strip() if node.lineno <= len(lines) else ""
+            out.append((site.path, node.lineno, text))
+    return sorted(set(out))
+
+
+def _runtime_loads(info: ModuleInfo) -> list[ast.Name]:
+    """Name loads outside annotations (and outside every annotation under postponed evaluation)."""
+    cached = getattr(info.tree, "_mxa_runtime_loads", None)
+    if cached is not None:
+        return cached
+    in_ann: set[int] = set()
+    for node in walk_nodes(info.tree):
+        anns: list[ast.expr | None] = []
+        if isinstance(node, ast.arg):
+            anns.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            anns.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            anns.append(node.annotation)
+        for a in anns:
+            if a is not None:
+                in_ann.update(id(n) for n in ast.walk(a))
+    loads = [n for n in walk_nodes(info.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in in_ann]
+    info.tree._mxa_runtime_loads = loads  # type: ignore[attr-defined]
+    return loads
+
+
+def _future_annotations(info: ModuleInfo) -> bool:
+    return any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and any(a.name == "annotations" for a in n.names)
+               for n in info.tree.body)
+
+
+FAILS_WITH = "fails with it: "  # evidence prefix of a use that breaks because of the finding's import
+
+
+def absorb_consequences(findings: list[Finding]) -> list[Finding]:
+    """One finding per root cause: an unresolved-call finding (MXA054) on a line that a broken
+    import's evidence lists as failing with it is that import's consequence, not a second finding."""
+    lines = {ev[len(FAILS_WITH):].split(": ", 1)[0] for f in findings if f.rule == "MXA122"
+             for ev in f.evidence if ev.startswith(FAILS_WITH)}
+    return [f for f in findings if not (f.rule == "MXA054" and f"{f.location.path}:{f.location.line}" in lines)]
+
+
+def check_port_imports(discovery: Discovery, symbols: SymbolTable) -> Iterator[Finding]:
+    for broken in broken_imports(discovery, symbols):
+        yield _broken_finding(discovery.root, broken)
+
+
+def _broken_finding(root: Path, b: BrokenImport) -> Finding:
+    a = b.answer
+    first = b.sites[0]
+    what = f"module {a.module}" if a.name is None else f"{a.name!r} from {a.module}"
+    severity, why = _severity(b)
+    ev = [f"port: {s.path}:{s.line}: {source_line(root, s.path, s.line)}" + (f"  (lazy, in {s.function})" if s.function else "")
+          for s in b.sites[:8]]
+    ev.append(f"{a.label}: {a.reason or 'not found'}")
+    if a.near:
+        ev.append("closest existing names: " + ", ".join(a.near))
+    if b.at_base is True:
+        ev.append("the base release defines it: removed or renamed upstream since the port's last sync")
+    elif b.at_base is False:
+        ev.append("the base release does not define it either")
+    ev += why
+    for path, line, text in b.uses[:8]:
+        ev.append(f"{FAILS_WITH}{path}:{line}: {text}")
+    if len(b.uses) > 8:
+        ev.append(f"... and {len(b.uses) - 8} more uses")
+    more = f" (and {len(b.sites) - 1} more import site(s))" if len(b.sites) > 1 else ""
+    return make_finding("MXA122", Location(first.path, first.line, f"import:{a.module}:{a.name or ''}"),
+                        f"imports {what}, which {a.label} does not define{more}", ev, severity=severity)
+
+
+def _severity(b: BrokenImport) -> tuple[Severity, list[str]]:
+    """The least guarded site decides: one unguarded import breaks the module."""
+    best: tuple[int, Severity, list[str]] | None = None
+    for s in b.sites:
+        rank, sev, notes = 3, Severity.ERROR, ["unguarded: importing the module fails" if not s.function else f"fails when {s.function} runs"]
+        if any(g.kind == "type-checking" for g in s.guards):
+            runtime = [u for u in b.uses if u[0] == s.path]
+            if runtime:
+                rank, sev, notes = 3, Severity.ERROR, [f"imported under if TYPE_CHECKING but used at runtime ({runtime[0][0]}:{runtime[0][1]}): NameError"]
+            else:
+                rank, sev, notes = 1, Severity.INFO, ["guarded: if TYPE_CHECKING, used only in annotations (never imported at runtime)"]
+        else:
+            guards = [g for g in s.guards if not (g.kind == "try" and g.reraises)]
+            if guards:
+                g = guards[-1]
+                rank, sev = 2, Severity.WARNING
+                notes = [f"guarded: {g.text}" + (" - the fallback always runs on this stack" if g.kind == "try" else " - breaks when the condition holds")]
+        if best is None or rank > best[0]:
+            best = (rank, sev, notes)
+    assert best is not None
+    return best[1], best[2]

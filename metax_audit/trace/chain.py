@@ -19,7 +19,8 @@ from metax_audit.models import (
 )
 from metax_audit.trace.calls import Budget, Classifier, Collected, Walker, is_triton_kernel
 from metax_audit.trace.modules import ModuleIndex
-from metax_audit.trace.resolve import Cls, Ext, Func, Inst, Layer, Partial, Resolver, Scope, Val, known
+from metax_audit.trace.resolve import Cls, Ext, Func, Inst, Layer, Partial, Scope, Val, known
+from metax_audit.trace.symbols import SymbolTable
 
 BACKEND_KINDS = frozenset({"attention-backend", "mla-prefill"})
 KERNEL_PACKAGES = frozenset({"flashinfer", "flash_attn", "flash_mla", "triton"})
@@ -44,11 +45,13 @@ def _backend_registrations(registrations: tuple[Registration, ...]) -> list[Regi
 
 
 class _Tracer:
-    def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None) -> None:
+    def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None, symbols: SymbolTable | None = None) -> None:
         self.discovery = discovery
         self.config = config
-        self.index = ModuleIndex(Path(discovery.root), config.port_package, upstream_root, config.upstream_package, config.max_file_bytes)
-        self.r = Resolver(self.index)
+        if symbols is None:
+            symbols = SymbolTable(ModuleIndex(Path(discovery.root), config.port_package, upstream_root, config.upstream_package, config.max_file_bytes))
+        self.index = symbols.index
+        self.r = symbols.resolver
         tops = {p.replace("-", "_").split("_python")[0] for p in config.kernel_packages} | KERNEL_PACKAGES
         self.classifier = Classifier(self.r, frozenset(tops - {"torch"}))
 
@@ -313,6 +316,10 @@ def is_kernel_call(c: CallSite) -> bool:
     return c.origin in {"port", "upstream"} and any(m == "ops" or m.endswith("_ops") for m in modules)
 
 
-def trace_backends(discovery: Discovery, config: AuditConfig, upstream_root: Path | None = None) -> TraceResult:
-    """Trace every registered attention backend (and MLA prefill backend) of the snapshot, by ast only."""
-    return _Tracer(discovery, config, upstream_root).run()
+def trace_backends(discovery: Discovery, config: AuditConfig, upstream_root: Path | None = None,
+                   symbols: SymbolTable | None = None) -> TraceResult:
+    """Trace every registered attention backend (and MLA prefill backend) of the snapshot, by ast only.
+
+    With `symbols` the trace resolves through the review's one symbol table (which the checks ask
+    afterwards, reusing every module parsed here); without, it builds its own over `upstream_root`."""
+    return _Tracer(discovery, config, upstream_root, symbols).run()

@@ -151,6 +151,26 @@ class ModuleIndex:
     def exists(self, name: str) -> bool:
         return (name in self._cache and self._cache[name] is not None) or self._file_for(name) is not None
 
+    def namespace_dir(self, name: str) -> Path | None:
+        """The folder of an implicit namespace package (a directory without __init__.py), if any."""
+        origin = self.origin_of(name)
+        root = self.port_root if origin == "port" else self.upstream_root if origin == "upstream" else None
+        folder = root / Path(*name.split(".")) if root is not None else None
+        return folder if folder is not None and folder.is_dir() and not (folder / "__init__.py").is_file() else None
+
+    def submodules(self, package: str) -> list[str]:
+        """Names of the modules and packages directly inside `package` (from the file tree, not parsed)."""
+        found = self._file_for(package)
+        folder = found[1].parent if found is not None and found[2] else self.namespace_dir(package)
+        if folder is None:
+            return []
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            return []
+        return sorted(p.stem if p.suffix == ".py" else p.name for p in entries
+                      if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
+
     def get(self, name: str) -> ModuleInfo | None:
         if name in self._cache:
             return self._cache[name]

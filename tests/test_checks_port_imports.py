@@ -1,0 +1,130 @@
+# The port/upstream import check (MXA122) through the one symbol table: a table of import forms,
+# each broken one with its guarded, dynamic or re-exported twin that must not be an error.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from metax_audit.checks.imports import absorb_consequences, check_port_imports, import_sites
+from metax_audit.findings import make_finding
+from metax_audit.models import Discovery, Location, Severity, SourceFile
+from metax_audit.trace.symbols import Status, SymbolTable
+
+UPSTREAM = {
+    "up/__init__.py": "",
+    "up/core.py": "def kept():\n    pass\n\nclass Base:\n    pass\n",
+    "up/lazy.py": "def __getattr__(name):\n    return name\n",
+    "up/reexport.py": "from up.core import *\n",
+    "up/pkg/__init__.py": "from .impl import Impl\n__all__ = ['Impl']\n",
+    "up/pkg/impl.py": "class Impl:\n    pass\n",
+    "up/pkg/extra.py": "X = 1\n",
+    "up/cond.py": "try:\n    import fast\n    speed = 1\nexcept ImportError:\n    speed = 0\nif speed:\n    def turbo():\n        pass\n",
+}
+BASE = {**UPSTREAM, "up/core.py": UPSTREAM["up/core.py"] + "\ndef removed_helper():\n    pass\n"}
+PORT_FILES = {
+    "port/__init__.py": "",
+    "port/own.py": "def mine():\n    pass\n",
+    "port/ns/mod.py": "Y = 2\n",  # port/ns has no __init__.py: an implicit namespace package
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    source: str
+    severity: Severity | None  # None: no finding
+    evidence: str = ""  # substring of the evidence
+
+
+CASES = [
+    Case("defined", "from up.core import kept\n", None),
+    Case("missing-name", "from up.core import kep\n", Severity.ERROR, "closest existing names: kept"),
+    Case("removed-since-base", "from up.core import removed_helper\n", Severity.ERROR, "the base release defines it"),
+    Case("module-getattr", "from up.lazy import anything\n", None),
+    Case("star-reexport", "from up.reexport import Base\n", None),
+    Case("star-reexport-missing", "from up.reexport import Nope\n", Severity.ERROR),
+    Case("package-reexport", "from up.pkg import Impl\n", None),
+    Case("submodule", "from up.pkg import extra\n", None),
+    Case("conditional-def", "from up.cond import turbo, speed\n", None),
+    Case("missing-module", "import up.nothere\n", Severity.ERROR, "no module up.nothere"),
+    Case("missing-module-from", "from up.nothere import x\n", Severity.ERROR, "no module up.nothere"),
+    Case("relative-ok", "from .own import mine\n", None),
+    Case("relative-missing", "from .own import yours\n", Severity.ERROR, "port snapshot"),
+    Case("namespace-package", "from port.ns.mod import Y\nfrom port.ns import mod\n", None),
+    Case("namespace-missing", "from port.ns import other\n", Severity.ERROR),
+    Case("compiled-extension", "import port._C\n", None),
+    Case("outside-providers", "from torch import nothing_here\n", None),
+    Case("try-guarded", "try:\n    from up.core import gone\nexcept ImportError:\n    gone = None\n", Severity.WARNING,
+         "guarded: except ImportError: gone = None"),
+    Case("try-reraises", "try:\n    from up.core import gone\nexcept ImportError as e:\n    raise RuntimeError('x') from e\n",
+         Severity.ERROR),
+    Case("if-guarded", "import sys\nif sys.platform == 'linux':\n    from up.core import gone\n", Severity.WARNING,
+         "guarded: if sys.platform == 'linux'"),
+    Case("type-checking-annotation-only",
+         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from up.core import Gone\n\ndef f(x: 'Gone') -> None:\n    pass\n",
+         Severity.INFO, "used only in annotations"),
+    Case("type-checking-runtime-use",
+         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from up.core import Gone\n\ndef f():\n    return Gone()\n",
+         Severity.ERROR, "used at runtime"),
+    Case("lazy", "def f():\n    from up.core import gone\n    return gone(1)\n", Severity.ERROR, "fails when f runs"),
+]
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def _setup(tmp_path: Path, source: str) -> tuple[Discovery, SymbolTable]:
+    port, up, base = tmp_path / "port_repo", tmp_path / "up", tmp_path / "base"
+    _write(port, {**PORT_FILES, "port/attn.py": source})
+    _write(up, UPSTREAM)
+    _write(base, BASE)
+    d = Discovery(port, "port", (SourceFile("port/attn.py", "port.attn", "glob"),), (), (), (), {})
+    symbols = SymbolTable.build(port, "port", up, "up", upstream_version="2.0", base_root=base, base_version="1.0")
+    return d, symbols
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_import_table(tmp_path: Path, case: Case) -> None:
+    d, symbols = _setup(tmp_path, case.source)
+    found = list(check_port_imports(d, symbols))
+    assert [f.severity for f in found] == ([case.severity] if case.severity else []), [f.evidence for f in found]
+    if found:
+        assert found[0].rule == "MXA122" and found[0].location.path == "port/attn.py"
+        assert case.evidence in "\n".join(found[0].evidence)
+
+
+def test_one_finding_per_root_cause_lists_uses_and_sites(tmp_path: Path) -> None:
+    src = "from up.core import gone\nfrom up.core import gone as g2\n\ndef f():\n    return gone(1) + g2(2)\n"
+    d, symbols = _setup(tmp_path, src)
+    [f] = check_port_imports(d, symbols)
+    ev = "\n".join(f.evidence)
+    assert "port/attn.py:1" in ev and "port/attn.py:2" in ev  # both sites, one finding
+    assert "fails with it: port/attn.py:5: return gone(1) + g2(2)" in ev
+    assert "upstream up 2.0" in f.message and "the base release does not define it either" in ev
+    unresolved = make_finding("MXA054", Location("port/attn.py", 5, "f"), "unresolved call gone", ())
+    other = make_finding("MXA054", Location("port/attn.py", 4, "f"), "unresolved call other", ())
+    assert absorb_consequences([f, unresolved, other]) == [f, other]
+
+
+def test_import_sites_record_guards_and_functions(tmp_path: Path) -> None:
+    src = "try:\n    import up.core\nexcept ImportError:\n    pass\n\nclass K:\n    def m(self):\n        from up import core as c\n"
+    _, symbols = _setup(tmp_path, src)
+    info = symbols.index.get("port.attn")
+    assert info is not None
+    sites = import_sites(info, "port/attn.py")
+    assert [(s.module, s.name, s.local, s.function, [g.kind for g in s.guards]) for s in sites] == [
+        ("up.core", None, "up", "", ["try"]), ("up", "core", "c", "K.m", [])]
+
+
+def test_lookup_answers(tmp_path: Path) -> None:
+    _, symbols = _setup(tmp_path, "")
+    assert symbols.lookup_import("up.lazy", "x").status is Status.DYNAMIC
+    assert symbols.lookup_import("up.pkg", "extra").status is Status.SUBMODULE
+    assert symbols.lookup_import("up.core", "kept").where == "up/core.py:1"
+    assert symbols.at_base("up.core", "removed_helper") is True and symbols.at_base("up.core", "kept") is True
+    assert symbols.at_base("port.own", "mine") is None  # the base is upstream's only
