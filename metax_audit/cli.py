@@ -120,7 +120,7 @@ def review(
     python: PythonOpt = None,
     config: Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="Comma list of md,json,sarif,junit.")] = "md,json,sarif,junit",
-    output_dir: Annotated[Path | None, typer.Option("--output-dir", help="Where reports go (default: reports/<mode>-<rev>).")] = None,
+    output_dir: Annotated[Path | None, typer.Option("--output-dir", help="Where reports go (default: a per-repository directory under the metax-audit cache, outside the checkout; CI passes reports/).")] = None,
     fail_on: Annotated[str, typer.Option("--fail-on", help="error | warning | info | never")] = "error",
     waivers: Annotated[Path | None, typer.Option("--waivers", help="YAML file of accepted findings.")] = None,
     generate_waivers: Annotated[Path | None, typer.Option("--generate-waivers", help="Write a starting waivers file for the current findings.")] = None,
@@ -144,12 +144,15 @@ def review(
 def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, *, exit_zero: bool = False) -> None:  # type: ignore[no-untyped-def]
     with _Guard():
         from metax_audit.inventory import exit_code, summary_line
+        from metax_audit.outdir import default_output_dir, ensure_writable
         from metax_audit.pipeline import review as run_review
         from metax_audit.report import write_reports
 
+        # Never inside the audited checkout by default; checked before the review, printed first.
+        out = ensure_writable(output_dir or default_output_dir(options.repo, options.mode, options.rev))
+        typer.echo(f"reports: {out / 'summary.md' if 'md' in formats else out}")
         result = run_review(options, _progress(), generate_waivers=generate_waivers is not None)
         report = result.report
-        out = output_dir or Path("reports") / _run_name(report)
         written = write_reports(report, out, formats)
         if generate_waivers is not None and result.generated_waivers is not None:
             generate_waivers.write_text(result.generated_waivers, encoding="utf-8")
@@ -160,15 +163,6 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
     typer.echo(summary_line(report), err=True)
     code = exit_code(report, fail_on)
     raise typer.Exit(EXIT_CLEAN if exit_zero else code)
-
-
-def _run_name(report) -> str:  # type: ignore[no-untyped-def]
-    snap = report.snapshot
-    label = snap.label if snap.mode == "rev" else snap.mode
-    if snap.mode == "installed":
-        label = "installed"
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in label)
-    return safe if snap.mode != "rev" else f"rev-{safe}"
 
 
 @app.command()
