@@ -126,6 +126,10 @@ def review(
     generate_waivers: Annotated[Path | None, typer.Option("--generate-waivers", help="Write a starting waivers file for the current findings.")] = None,
     test: Annotated[str | None, typer.Option("--test", help="Run this command with the snapshot as cwd and first on PYTHONPATH.")] = None,
     probe: Annotated[bool, typer.Option("--probe", help="Also run the probes for the traced kernels (needs the kernels and a device).")] = False,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Compare with this revision: each finding new, changed, unchanged or fixed (--staged/--worktree default: HEAD).")] = None,
+    merge_base: Annotated[str | None, typer.Option("--merge-base", help="Compare with the merge base of the reviewed commit and this branch.")] = None,
+    no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Do not compare with a baseline.")] = False,
+    new_only: Annotated[bool, typer.Option("--new-only", help="--fail-on counts only findings new or changed against the baseline (pre-commit, pull requests).")] = False,
 ) -> None:
     """Snapshot the port, trace, introspect, compare and check it, and write the reports."""
     from metax_audit.pipeline import ReviewOptions
@@ -137,11 +141,18 @@ def review(
     options = ReviewOptions(
         mode=mode, repo=repo, rev=rev, paths=tuple(paths or ()), upstream=upstream, base=base, stack=stack,
         python=python, config_file=config, waivers=waivers, test_command=test, run_probes=probe,
+        baseline=baseline, merge_base=merge_base, no_baseline=no_baseline,
     )
-    _review_and_render(options, formats, output_dir, fail_on, generate_waivers)
+    if sum(map(bool, (baseline, merge_base, no_baseline))) > 1:
+        raise _fail("choose one of --baseline, --merge-base, --no-baseline")
+    if new_only and (no_baseline or (rev is not None and not (baseline or merge_base))):
+        raise _fail("--new-only needs a baseline: --staged/--worktree compare with HEAD; with --rev pass --baseline REV "
+                    "or --merge-base BRANCH")
+    _review_and_render(options, formats, output_dir, fail_on, generate_waivers, new_only=new_only)
 
 
-def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, *, exit_zero: bool = False) -> None:  # type: ignore[no-untyped-def]
+def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, *, exit_zero: bool = False,  # type: ignore[no-untyped-def]
+                       new_only: bool = False) -> None:
     with _Guard():
         from metax_audit.inventory import exit_code, summary_line
         from metax_audit.outdir import default_output_dir, ensure_writable
@@ -161,7 +172,8 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
 
     render_review_summary(report, written)
     typer.echo(summary_line(report), err=True)
-    code = exit_code(report, fail_on)
+    with _Guard():
+        code = exit_code(report, fail_on, new_only=new_only)
     raise typer.Exit(EXIT_CLEAN if exit_zero else code)
 
 

@@ -39,9 +39,16 @@ def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
         for (cat, sev), n in sorted(by_cat.items()):
             t.add_row(cat, sev, str(n))
         _console.print(t)
-    top = sorted((f for f in report.findings if not f.waived), key=lambda f: (-f.severity.rank, f.location))[:15]
+    # New (and changed) findings against the baseline first, marked; then the rest by severity.
+    top = sorted((f for f in report.findings if not f.waived),
+                 key=lambda f: (not (f.baseline and f.baseline.is_new), -f.severity.rank, f.location))[:15]
+    if report.baseline_info:
+        b = report.baseline_info
+        _console.print(f"against {b['rev']} {(b['commit'] or '')[:12]}: {b['new']} new, {b['changed']} changed, "
+                       f"{b['unchanged']} unchanged, {b['fixed']} fixed", markup=False, highlight=False)
     for f in top:
-        _console.print(f"  {f.severity.value:7} {f.rule} {f.location}  {f.message}", markup=False, highlight=False)
+        mark = f"{f.baseline.value.upper():9} " if f.baseline and f.baseline.is_new else ""
+        _console.print(f"  {mark}{f.severity.value:7} {f.rule} {f.location}  {f.message}", markup=False, highlight=False)
     if written:
         _console.print(f"reports: {', '.join(str(p) for p in written[:6])}{' ...' if len(written) > 6 else ''}")
 

@@ -161,14 +161,20 @@ def probe_id(p: ProbeResult) -> str:
     return f"{p.probe}/{p.family}/{p.target}"
 
 
-def exit_code(report: AuditReport, fail_on: str) -> int:
-    """0 when no unwaived finding is at or above `fail_on`, else 1 (2 is the CLI's, for AuditError)."""
+def exit_code(report: AuditReport, fail_on: str, *, new_only: bool = False) -> int:
+    """0 when no unwaived finding is at or above `fail_on`, else 1 (2 is the CLI's, for AuditError).
+    With `new_only`, only findings new or changed against the baseline count (a pre-commit or
+    pull-request gate); a review without a baseline is a ConfigError then."""
     if fail_on not in FAIL_ON:
         raise ConfigError(f"--fail-on must be one of {', '.join(FAIL_ON)}, not {fail_on!r}")
+    if new_only and not report.baseline_info:
+        raise ConfigError("--new-only needs a baseline: --staged/--worktree compare with HEAD; with --rev pass "
+                          "--baseline REV or --merge-base BRANCH")
     if fail_on == "never":
         return 0
     threshold = Severity(fail_on).rank
-    return int(any(not f.waived and f.severity.rank >= threshold for f in report.findings))
+    return int(any(not f.waived and f.severity.rank >= threshold
+                   and (not new_only or (f.baseline is not None and f.baseline.is_new)) for f in report.findings))
 
 
 def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
@@ -189,6 +195,9 @@ def summary_line(report: AuditReport) -> str:
     )
     if waived:
         text += f" ({waived} waived)"
+    if report.baseline_info:
+        b = report.baseline_info
+        text += f"; vs {b['rev']}: {b['new']} new, {b['changed']} changed, {b['fixed']} fixed"
     return f"{text}, {report.wall_seconds:.1f} s"
 
 

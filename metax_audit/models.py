@@ -402,3 +402,7 @@ class AuditReport:
     base: UpstreamInfo | None = None
     # Every LSE/layout/scale flow from a producing kernel call to a consumer, as plain dicts.
     dataflow: tuple[dict[str, Any], ...] = ()  # the release the port was last synced to (three-way view), when given
+    # The review this one was compared with (baseline.py): rev, commit and counts per state; the
+    # findings carry their state, and `fixed` holds the baseline's findings this review lacks.
+    baseline_info: dict[str, Any] = field(default_factory=dict)
+    fixed: tuple[Finding, ...] = ()

@@ -16,7 +16,7 @@ def default_output_dir(repo: Path | None, mode: str | None, rev: str | None, *, 
 
     The report must never land in the user's checkout (a `reports/` in their tree, or inside the
     package when run from a subfolder), so the default follows the repository, not the cwd."""
-    from metax_audit.upstream import cache_root
+    from metax_audit.cachedir import cache_root
 
     if mode == "installed":
         top, name = Path(repo or "site-packages").resolve(), "installed"

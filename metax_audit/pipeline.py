@@ -60,6 +60,9 @@ class ReviewOptions:
     introspect_timeout: float = 120.0
     cache_dir: Path | None = None
     today: _dt.date = field(default_factory=_dt.date.today)
+    baseline: str | None = None  # compare with this revision (staged/worktree default: HEAD)
+    merge_base: str | None = None  # compare with the merge base of the reviewed commit and this branch
+    no_baseline: bool = False
 
 
 @dataclass
@@ -89,28 +92,51 @@ class ReviewResult:
 
 
 def review(options: ReviewOptions, progress: Progress | None = None, *, generate_waivers: bool = False) -> ReviewResult:
+    """Review the snapshot; then, when it has a baseline (baseline.py), review that revision the
+    same way and mark each finding new, changed or unchanged (and list the fixed ones)."""
+    from metax_audit import baseline as baseline_mod
+
+    progress = progress or QuietProgress()
+    started = time.perf_counter()
+    try:
+        result = _review_one(options, progress, generate_waivers)
+        rev = baseline_mod.baseline_rev(options, result.report.snapshot)
+        if rev is not None:
+            progress.stage("baseline", rev)
+            begun = time.perf_counter()
+            base = _review_one(baseline_mod.baseline_options(options, rev), progress, False).report
+            report = baseline_mod.compare_with(result.report, base, rev)
+            info = report.baseline_info
+            note = (f"{rev} {(base.snapshot.commit or '')[:12]}: {info['new']} new, {info['changed']} changed, "
+                    f"{info['unchanged']} unchanged, {info['fixed']} fixed")
+            report = replace(report, stages=(*report.stages, StageRecord("baseline", True,
+                                                                           round(time.perf_counter() - begun, 3), note)),
+                             wall_seconds=round(time.perf_counter() - started, 2))
+            result = replace(result, report=report)
+    finally:
+        progress.done()
+    return result
+
+
+def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bool) -> ReviewResult:
     from metax_audit import snapshot as snapshot_mod
     from metax_audit.pysource import relaxed_gc
 
-    progress = progress or QuietProgress()
     started = time.perf_counter()
     mode, rev, mode_note = options.mode, options.rev, ""
     if mode is None:
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
     run = _Run()
-    try:
-        package = _port_package_hint(options.repo, mode, options.config_file)
-        # The static stages read only the port package and its config; --test needs the whole tree.
-        only = () if options.test_command else _static_export(package)
-        with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
-            if mode_note:
-                snap = replace(snap, notes=(*snap.notes, mode_note))
-            run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
-                                          f"{snap.mode} {snap.label}, {snap.files} files"))
-            with relaxed_gc():  # hundreds of live syntax trees: see pysource.relaxed_gc
-                report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
-    finally:
-        progress.done()
+    package = _port_package_hint(options.repo, mode, options.config_file)
+    # The static stages read only the port package and its config; --test needs the whole tree.
+    only = () if options.test_command else _static_export(package)
+    with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
+        if mode_note:
+            snap = replace(snap, notes=(*snap.notes, mode_note))
+        run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
+                                      f"{snap.mode} {snap.label}, {snap.files} files"))
+        with relaxed_gc():  # hundreds of live syntax trees: see pysource.relaxed_gc
+            report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
     return ReviewResult(report, waivers_text)
 
 

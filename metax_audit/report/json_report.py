@@ -75,6 +75,8 @@ def to_json_dict(report: AuditReport) -> dict[str, Any]:
         ),
         "waivers": _plain(report.waivers),
         "dataflow": [_plain(f) for f in report.dataflow],
+        "baseline": _plain(report.baseline_info) if report.baseline_info else None,
+        "fixed": [_finding(f) for f in report.fixed],
     }
     # The snapshot is a temporary export; its path must never leak into a report.
     return _scrub(data, str(snap.root)) if str(snap.root) not in ("", ".") else data
@@ -166,6 +168,8 @@ def _finding(f: Finding) -> dict[str, Any]:
         "evidence": list(f.evidence),
         "waived": f.waived,
         "waiver_reason": f.waiver_reason,
+        "content": f.content,
+        "status": f.baseline.value if f.baseline is not None else None,
     }
 
 

@@ -131,6 +131,8 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         out.append("> **Stages that did not run:** " + "; ".join(f"{s.name}" + (f" ({_inline(s.note)})" if s.note else "") for s in not_run))
         out.append("")
 
+    out += new_findings_section(report, link)
+
     out += ["## Findings by category", ""]
     out += _category_table(report.findings)
     out.append("")
@@ -202,6 +204,24 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         out += _table(["stage", "ran", "seconds", "note"], [[s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", s.note] for s in report.stages])
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def new_findings_section(report: AuditReport, link: Linker = no_links) -> list[str]:
+    """What the change introduced against the baseline (baseline.py): new and changed findings,
+    errors first, and how many the change fixed; nothing when the review had no baseline."""
+    b = report.baseline_info
+    if not b:
+        return []
+    news = sorted((f for f in report.findings if f.baseline is not None and f.baseline.is_new),
+                  key=lambda f: (-f.severity.rank, f.location.path, f.location.line))
+    commit = f" `{b['commit'][:12]}`" if b.get("commit") else ""
+    out = [f"## New in this change (against `{b['rev']}`{commit})", "",
+           f"{b['new']} new, {b['changed']} changed, {b['unchanged']} unchanged, {b['fixed']} fixed.", ""]
+    for f in news:
+        lines = _finding_line(f, link)
+        out += [lines[0].replace("- **", f"- {f.baseline.value.upper() if f.baseline else ''} **", 1), *lines[1:]]
+    out += [""] if news else []
+    return out
 
 
 def _category_table(findings: tuple[Finding, ...]) -> list[str]:
