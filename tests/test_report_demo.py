@@ -21,6 +21,7 @@ def normalise(report: AuditReport) -> AuditReport:
         report,
         environment=env,
         snapshot=replace(report.snapshot, repo="/demo/repo", commit="0" * 40),
+        baseline_info={**report.baseline_info, "commit": "0" * 40} if report.baseline_info else {},
         generated_at="2026-01-01T00:00:00+00:00",
         wall_seconds=0.0,
         stages=tuple(replace(s, seconds=0.0) for s in report.stages),
