@@ -37,6 +37,7 @@ from metax_audit.pysource import (
     resolve_relative,
     scan_imports,
 )
+from metax_audit.selection import Selected, selections
 
 # ------------------------------------------------------------------ rules
 
@@ -74,6 +75,13 @@ rule(
     "the platform turns a feature off in the config",
     "A config switch set by the platform disables (or forces) a feature, so the matching branches in the "
     "backends are inactive on this platform. They are still audited; probes of them cannot run end to end.",
+)
+rule(
+    "MXA017", Category.REGISTRATION, Severity.WARNING,
+    "decorator registration passes a class_path that is not a class path",
+    "Given a class_path, vLLM's register_backend records that string for the enum member and returns a "
+    "no-op decorator, so the decorated class is not registered and selecting the member imports the string. "
+    "Info when the platform selects its backends by returning class paths (the registry entry is then unused).",
 )
 rule(
     "MXA016", Category.REGISTRATION, Severity.WARNING,
@@ -378,6 +386,33 @@ class _RegistrationVisitor:
                 self.found.append(("custom-op", op, f"{self.module}.{cls.id}", node.lineno, True))
 
 
+def _returned_registrations(sources: _Sources, platform: str, config: AuditConfig, resolver: _Resolver) -> list[Registration]:
+    """One registration per class path the platform's selectors return, its conditions OR-ed."""
+    src = sources.get(platform)
+    if src.tree is None or not config.selectors:
+        return []
+
+    def load(module: str) -> tuple[ast.Module, str] | None:
+        rel = find_module(sources.root, module)
+        tree = sources.get(rel).tree if rel is not None else None
+        return (tree, rel) if tree is not None and rel is not None else None
+
+    by_path: dict[str, list[Selected]] = {}
+    for sel in selections(src.tree, platform, module_name(platform), tuple(config.selectors), load):
+        by_path.setdefault(sel.class_path, []).append(sel)
+    out: list[Registration] = []
+    for class_path, sels in by_path.items():
+        conds = list(dict.fromkeys(s.condition for s in sels))
+        condition = "" if "" in conds else (conds[0] if len(conds) == 1 else " or ".join(f"({c})" for c in conds))
+        name = next((s.member for s in sels if s.member), "") or class_path.rsplit(".", 1)[1]
+        where = resolver.resolve(class_path)
+        first = sels[0]
+        out.append(Registration(kind="attention-backend", name=name, class_path=class_path,
+                                location=Location(first.path, first.line, first.function), resolved=where is not None,
+                                resolved_path=where, selected_by=first.function, condition=condition))
+    return out
+
+
 def _registrations(sources: _Sources, files: Iterable[str], resolver: _Resolver) -> tuple[Registration, ...]:
     out: list[Registration] = []
     for rel in files:
@@ -393,7 +428,7 @@ def _registrations(sources: _Sources, files: Iterable[str], resolver: _Resolver)
             where = resolver.resolve(class_path) if literal and _DOTTED.match(class_path) else None
             out.append(Registration(kind=kind, name=name, class_path=class_path,
                                     location=Location(rel, line, name), resolved=where is not None,
-                                    resolved_path=where))
+                                    resolved_path=where, literal=literal))
     return tuple(out)
 
 
@@ -578,6 +613,8 @@ def discover(root: Path, config: AuditConfig, paths: Sequence[str] = ()) -> Disc
     scan = sorted(set(scoped) | ({platform} if has_platform else set()))
     resolver = _Resolver(sources)
     registrations = _registrations(sources, scan, resolver)
+    if has_platform:
+        registrations += tuple(_returned_registrations(sources, platform, config, resolver))
     priorities = _priorities(sources.get(platform)) if has_platform else ()
     switches = _switches(sources.get(platform)) if has_platform else ()
     callers = _callers(sources, sorted(set(port) | set(scoped)), list(scoped))
@@ -630,12 +667,23 @@ def coverage_findings(discovery: Discovery) -> Iterator[Finding]:
 def registration_findings(discovery: Discovery) -> Iterator[Finding]:
     """Findings about what the port registers and how the platform orders and switches it."""
     packages = _snapshot_packages(discovery.root)
+    selectors = sorted({r.selected_by for r in discovery.registrations if r.selected_by})
     for reg in discovery.registrations:
         where = f"{reg.location.path}:{reg.location.line}"
         literal = _DOTTED.match(reg.class_path) is not None
         if reg.kind == "custom-op" and not literal:
             continue  # an op function bound inside a function or computed: nothing to resolve statically
-        if not literal or not reg.name.replace("_", "").isalnum():
+        if reg.kind == "decorator" and reg.literal and not literal:
+            yield make_finding(
+                "MXA017", reg.location,
+                f"@register_backend({reg.name}, {reg.class_path!r}) registers the string {reg.class_path!r} for {reg.name},"
+                " not the decorated class",
+                (f"{where}: class_path={reg.class_path!r} is not a dotted class path",
+                 "vLLM's register_backend with a class_path stores it and returns a no-op decorator",
+                 *([f"the platform selects backends by returning class paths from {', '.join(selectors)}, "
+                    "so selection does not read this entry"] if selectors else [])),
+                severity=Severity.INFO if selectors else None)
+        elif not literal or not reg.name.replace("_", "").isalnum():
             yield make_finding("MXA016", reg.location, f"{reg.kind} registration of {reg.name!r} is not a literal",
                                (f"{where}: class path {reg.class_path!r}",))
         elif not reg.resolved and reg.class_path.split(".")[0] in packages:
@@ -685,7 +733,7 @@ def _priority_findings(discovery: Discovery) -> Iterator[Finding]:
     commented = {m: p for p in discovery.priorities for m in p.commented_out}
     backend_regs = [r for r in discovery.registrations if r.kind in _backend_kinds()]
     for reg in backend_regs:
-        if reg.name in listed:
+        if reg.name in listed or reg.selected_by:
             continue
         evidence = [f"{reg.location.path}:{reg.location.line}: registers {reg.name} -> {reg.class_path}"]
         evidence += [f"{p.location.path}:{p.location.line}: priorities ({p.condition or 'always'}): "

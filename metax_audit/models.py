@@ -96,6 +96,11 @@ class Registration:
     location: Location
     resolved: bool  # the class path names a class present in the snapshot
     resolved_path: str | None = None  # repo-relative file holding the class
+    # A class path the platform's selector returns: the selector's name and the condition under
+    # which it returns this class (branch tests and map keys, alternatives joined by " or ").
+    selected_by: str = ""
+    condition: str = ""
+    literal: bool = True  # backend and class path are written as literals (enum attribute, string)
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,7 @@ class BackendChain:
     calls: tuple[CallSite, ...]
     unresolved: tuple[Unresolved, ...]
     capture_support: str | None = None  # the declared cudagraph support level, as written
+    condition: str = ""  # when the platform's selector returns this backend ("" for registry entries)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ def chain_tree(chain: BackendChain) -> Tree:
     head = f"[bold]{escape(chain.name)}[/bold] {escape(chain.class_path)} ({state})"
     if chain.capture_support:
         head += f" cudagraph: {escape(chain.capture_support)}"
+    if chain.condition:
+        head += f"\nselected when {escape(chain.condition)}"
     tree = Tree(head)
     parents: dict[str, Tree] = {}
     groups: dict[str, Tree] = {}

@@ -95,6 +95,7 @@ def write_json(report: AuditReport, path: Path) -> Path:
 
 
 def _registration(r: Registration) -> dict[str, Any]:
+    selected = {"selected_by": r.selected_by, "condition": r.condition} if r.selected_by else {}
     return {
         "kind": r.kind,
         "name": r.name,
@@ -103,6 +104,7 @@ def _registration(r: Registration) -> dict[str, Any]:
         "line": r.location.line,
         "resolved": r.resolved,
         "resolved_path": r.resolved_path,
+        **selected,
     }
 
 
@@ -143,6 +145,7 @@ def backend_to_dict(b: BackendChain) -> dict[str, Any]:
         "registered_at": {"path": b.registered_at.path, "line": b.registered_at.line} if b.registered_at else None,
         "active": b.active,
         "capture_support": b.capture_support,
+        **({"condition": b.condition} if b.condition else {}),
         "chain": [
             {"role": h.role, "qualname": h.qualname, "path": h.path, "line": h.line, "resolved": h.resolved,
              "inherited_from": h.inherited_from}

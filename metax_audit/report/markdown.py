@@ -159,6 +159,8 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         rows = []
         for b in report.backends:
             where = _Raw(_loc(b.registered_at.path, b.registered_at.line, link)) if b.registered_at else "not registered"
+            if b.condition:
+                where = _Raw(f"{where} when `{b.condition}`".replace("|", "\\|"))
             kernels = sorted({h.resolved or h.qualname for h in b.chain if h.role in ("wrapper", "kernel")})
             shown = ", ".join(f"`{k}`" for k in kernels[:4]) + (f" (+{len(kernels) - 4} more on the file pages)" if len(kernels) > 4 else "")
             rows.append([b.name, _Raw(f"`{b.class_path}`"), where, "yes" if b.active else "no", len(b.chain), len(b.unresolved), _Raw(shown or "—")])
@@ -292,7 +294,9 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
     if rec.registrations:
         for r in rec.registrations:
             state = "resolves" if r.resolved else "**does not resolve**"
-            out.append(f"- {r.kind} `{r.name}` → `{r.class_path}` at {_loc(r.location.path, r.location.line, link)} ({state})")
+            how = f", returned by {r.selected_by} when `{r.condition}`" if r.condition else (
+                f", returned by {r.selected_by}" if r.selected_by else "")
+            out.append(f"- {r.kind} `{r.name}` → `{r.class_path}` at {_loc(r.location.path, r.location.line, link)} ({state}{how})")
     else:
         out.append("_None._")
     out.append("")

@@ -38,6 +38,8 @@ def _backend_registrations(registrations: tuple[Registration, ...]) -> list[Regi
     chosen = [r for r in registrations if r.kind in BACKEND_KINDS]
     seen = {(r.name, r.class_path) for r in chosen} | {r.name for r in chosen if r.kind == "attention-backend"}
     for r in registrations:
+        if r.kind == "decorator" and "." not in r.class_path:
+            continue  # `@register_backend(E.X, "NAME")` registers a string, not a class (a registration finding)
         if r.kind == "decorator" and (r.name, r.class_path) not in seen and r.name not in seen:
             chosen.append(replace(r, kind="attention-backend"))
             seen.add(r.name)
@@ -110,6 +112,8 @@ class _Tracer:
         return None
 
     def is_active(self, reg: Registration) -> bool:
+        if reg.selected_by:
+            return True  # the platform's selector returns it (under reg.condition)
         for plist in self.discovery.priorities:
             members = {m.rsplit(".", 1)[-1] for m in plist.members}
             off = {m.rsplit(".", 1)[-1] for m in plist.commented_out}
@@ -129,7 +133,8 @@ class _Tracer:
         if backend is None:
             # discover reports the dangling class path (a registration finding); the chain stops here.
             hops.append(ChainHop("backend", reg.class_path, "", 0, None))
-            return BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), (), tuple(unresolved))
+            return BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), (), tuple(unresolved),
+                                condition=reg.condition)
         hops.append(ChainHop("backend", backend.dotted, backend.info.path, backend.node.lineno, backend.dotted))
         out = Collected()
         walker = Walker(self.r, self.classifier, out, Budget())
@@ -189,7 +194,8 @@ class _Tracer:
         self._files |= out.files
         self._walked |= set(out.walked)
         capture = self.capture_support([c for c in (builder, backend, impl) if c is not None])
-        return BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), calls, tuple(unresolved), capture)
+        return BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), calls, tuple(unresolved), capture,
+                            condition=reg.condition)
 
     def _layer_binding(self, fn: Func) -> dict:
         """What the framework passes to impl methods: the attention layer, and (when the

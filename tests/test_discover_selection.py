@@ -1,0 +1,141 @@
+# Registrations read from a platform that selects backends by returning class-path strings: direct
+# returns, dict maps (and .get defaults), enum-keyed maps, conditional expressions, f-strings over a
+# constant prefix, helper calls; each with the condition that returns it. Fixture: tests/fixtures/npu_port.
+from __future__ import annotations
+
+import ast
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from metax_audit.config import AuditConfig
+from metax_audit.discover import discover, registration_findings
+from metax_audit.selection import selections
+
+FIXTURE = Path(__file__).parent / "fixtures" / "npu_port"
+CFG = AuditConfig(port_package="vllm_npu", scope=("{port}/attention/**/*.py", "{port}/platform.py"),
+                  class_prefixes=("Npu",))
+
+
+@pytest.fixture
+def port(tmp_path: Path) -> Path:
+    shutil.copytree(FIXTURE / "port", tmp_path / "port")
+    return tmp_path / "port"
+
+
+def _returned(root: Path) -> dict[str, tuple[str, str]]:
+    d = discover(root, CFG)
+    return {r.class_path.rsplit(".", 1)[1]: (r.name, r.condition) for r in d.registrations if r.selected_by}
+
+
+def test_every_style_of_returned_class_path_is_a_registration_with_its_condition(port: Path) -> None:
+    got = _returned(port)
+    assert got == {
+        # enum-keyed class attribute map, the member named by the key
+        "NpuFlashAttentionBackend": ("FLASH_ATTN", "selected_backend in cls._ENUM_MAP and "
+                                                     "selected_backend == AttentionBackendEnum.FLASH_ATTN"),
+        "NpuTritonBackend": ("TRITON_ATTN", "selected_backend in cls._ENUM_MAP and "
+                                             "selected_backend == AttentionBackendEnum.TRITON_ATTN"),
+        # helper method returning an f-string over a module constant, with its argument bound
+        "NpuSparseMLABackend": ("NpuSparseMLABackend",
+                                "not (selected_backend in cls._ENUM_MAP) and attn_selector_config.use_sparse"),
+        # a conditional expression and a dict map reach the same class: alternatives are OR-ed
+        "NpuMLABackend": ("NpuMLABackend",
+                          "(not (selected_backend in cls._ENUM_MAP) and not attn_selector_config.use_sparse"
+                          " and is_device_b() and key[0]) or (not (selected_backend in cls._ENUM_MAP)"
+                          " and not attn_selector_config.use_sparse and not is_device_b() and key == (True, False))"),
+        "NpuAttentionBackendB": ("NpuAttentionBackendB",
+                                 "not (selected_backend in cls._ENUM_MAP) and not attn_selector_config.use_sparse"
+                                 " and is_device_b() and not key[0]"),
+        # a .get with a default that is itself a map entry: the key, or any key not in the map
+        "NpuAttentionBackend": ("NpuAttentionBackend",
+                                "(not (selected_backend in cls._ENUM_MAP) and not attn_selector_config.use_sparse"
+                                " and not is_device_b() and key == (False, False)) or (not (selected_backend in"
+                                " cls._ENUM_MAP) and not attn_selector_config.use_sparse and not is_device_b()"
+                                " and key not in backend_map)"),
+    }
+
+
+def test_returned_registrations_resolve_and_stay_beside_register_backend_calls(port: Path) -> None:
+    d = discover(port, CFG)
+    returned = [r for r in d.registrations if r.selected_by]
+    assert all(r.resolved and r.kind == "attention-backend" for r in returned)
+    assert {r.resolved_path for r in returned} >= {"vllm_npu/attention/device_a/flash_attn.py", "vllm_npu/attention/mla_v1.py"}
+    assert all(r.selected_by == "get_attn_backend_cls" and r.location.path == "vllm_npu/platform.py" for r in returned)
+    call = [r for r in d.registrations if not r.selected_by and r.kind == "attention-backend"]
+    assert [(r.name, r.class_path) for r in call] == [("TREE_ATTN", "vllm_npu.attention.attention_v1.NpuTreeBackend")]
+
+
+def test_decorator_with_a_name_as_class_path_is_reported_as_registering_the_string(port: Path) -> None:
+    findings = [f for f in registration_findings(discover(port, CFG)) if f.rule == "MXA017"]
+    assert len(findings) == 1
+    f = findings[0]
+    assert f.location.path == "vllm_npu/attention/attention_v1.py"
+    assert "registers the string 'NPU' for CUSTOM" in f.message
+    # the platform selects by returned class paths, so the entry is unused: info, with that evidence
+    assert f.severity.value == "info" and any("get_attn_backend_cls" in e for e in f.evidence)
+
+
+def test_returned_backends_are_not_reported_as_missing_from_priority_lists(port: Path) -> None:
+    rules = {f.rule for f in registration_findings(discover(port, CFG))}
+    assert "MXA011" not in rules and "MXA016" not in rules and "MXA010" not in rules
+
+
+def test_selector_names_come_from_config(port: Path) -> None:
+    d = discover(port, AuditConfig(port_package="vllm_npu", scope=CFG.scope, selectors=()))
+    assert not [r for r in d.registrations if r.selected_by]
+
+
+def _sel(source: str, selectors: tuple[str, ...] = ("get_attn_backend_cls",)) -> list[tuple[str, str]]:
+    tree = ast.parse(textwrap.dedent(source))
+    return [(s.class_path, s.condition) for s in selections(tree, "p/platform.py", "p.platform", selectors, lambda m: None)]
+
+
+def test_elif_chain_on_the_selected_backend_and_early_returns() -> None:
+    got = _sel('''
+        A = "p.a.ABackend"
+        def get_attn_backend_cls(selected_backend, use_mla):
+            if use_mla:
+                return "p.mla.MLABackend"
+            if selected_backend == _Backend.A:
+                return A
+            elif selected_backend == _Backend.B:
+                return "p.b.BBackend"
+            return "p.default." + "DefaultBackend"
+    ''')
+    assert got == [
+        ("p.mla.MLABackend", "use_mla"),
+        ("p.a.ABackend", "not use_mla and selected_backend == _Backend.A"),
+        ("p.b.BBackend", "not use_mla and selected_backend == _Backend.B"),
+        ("p.default.DefaultBackend", "not use_mla"),
+    ]
+
+
+def test_nested_helper_with_closure_and_fstring_suffix() -> None:
+    got = _sel('''
+        def get_attn_backend_cls(selected_backend, use_v1):
+            def _version(suffix):
+                if use_v1:
+                    return f"p.v1.backends.{suffix}"
+                raise AssertionError("v0")
+            return _version("flash.FlashBackend")
+    ''')
+    assert got == [("p.v1.backends.flash.FlashBackend", "use_v1")]
+
+
+def test_strings_that_are_not_class_paths_and_unknown_values_are_ignored() -> None:
+    got = _sel('''
+        def get_attn_backend_cls(selected_backend, name):
+            if name:
+                return name
+            if selected_backend:
+                return "not a path"
+            return "p.module_only"
+    ''')
+    assert got == []
+
+
+def test_similarly_named_function_is_not_a_selector() -> None:
+    assert _sel('def get_attn_backend_cls_old():\n    return "p.a.ABackend"\n') == []
