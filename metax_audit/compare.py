@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from metax_audit.comments import Comment, CommentMap, iter_statements, read_comments
+from metax_audit.compare_roles import compare_roles
 from metax_audit.config import AuditConfig
 from metax_audit.counterparts import (
     FileCounterpart,
@@ -33,6 +34,7 @@ from metax_audit.models import (
     UpstreamInfo,
 )
 from metax_audit.pysource import read_source_cached
+from metax_audit.roles import UpstreamClasses
 
 R_UNDECLARED = rule(
     "MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING,
@@ -187,6 +189,7 @@ def compare(
     drift_all: list[Difference] = []
     up_root = upstream.root if upstream else None
     registry = read_registry(up_root, config.upstream_package)
+    up_classes = UpstreamClasses(up_root, config.upstream_package) if up_root is not None else None
     in_scope = frozenset(module_of(f.path) for f in discovery.files)
     # Registrations discover found (decorators and platform calls), keyed by the file holding the class.
     by_file: dict[str, dict[str, str]] = {}
@@ -207,7 +210,7 @@ def compare(
             continue
         registered = registered_members(port.tree)
         registered.update({c: m for c, m in by_file.get(src.path, {}).items() if c in port.classes})
-        cp = map_file(src.path, config, up_root, registered, registry)
+        cp = map_file(src.path, config, up_root, registered, registry, port.tree, up_classes)
         if up_root is None:
             files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
             continue
@@ -215,8 +218,11 @@ def compare(
             files.append(FileComparison(src.path, None, vendor_only=True, declared_blocks=len(port.comments.blocks)))
             findings.append(make_finding(
                 R_VENDOR_ONLY, Location(src.path), f"{src.path} has no upstream counterpart in {upstream.package if upstream else 'upstream'} {(upstream.version or '') if upstream else ''}".strip(),
-                [f"no {cp.upstream_path or 'mapped path'} under upstream; no registered enum member points to an upstream file"],
+                [cp.why_not or f"no {cp.upstream_path or 'mapped path'} under upstream; no registered enum member points to an upstream file"],
             ))
+            continue
+        if cp.how == "role" and up_root is not None:
+            files.append(_compare_by_role(src.path, port, cp, config, up_classes, base, upstream, findings, drift_all))
             continue
         up = _load(up_root / (cp.upstream_path or ""), cp.upstream_path or "", config, port_side=False)
         if up is None:
@@ -253,6 +259,23 @@ def compare(
     # A member-level change shows up both as a difference and as drift: report it once.
     unique = list({f.site: f for f in findings}.values())
     return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift_all)), unique
+
+
+def _compare_by_role(path: str, port: _Side, cp: FileCounterpart, config: AuditConfig, up_classes: UpstreamClasses | None,
+                     base: UpstreamInfo | None, upstream: UpstreamInfo | None, findings: list[Finding],
+                     drift_all: list[Difference]) -> FileComparison:
+    """A file whose classes take upstream classes' roles: their contracts, not a copied file's lines."""
+    assert up_classes is not None
+    old = UpstreamClasses(base.root, config.upstream_package) if base is not None and base.root is not None else None
+    versions = f"{base.version if base else '?'} -> {upstream.version if upstream else '?'}"
+    pairs, role_findings = compare_roles(path, port.tree, list(cp.roles), up_classes, old, versions)
+    findings.extend(role_findings)
+    for diff, up_path in pairs:
+        drift_all.append(diff)
+        findings.extend(_drift_findings([diff], replace(cp, upstream_path=up_path), upstream, base))
+    return FileComparison(path, cp.upstream_path, vendor_only=False,
+                          class_map={p.port_class: p.upstream_class for p in cp.roles},
+                          differences=tuple(d for d, _ in pairs), declared_blocks=len(port.comments.blocks))
 
 
 # ---------------------------------------------------------------- loading and indexing

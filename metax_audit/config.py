@@ -37,6 +37,10 @@ class AuditConfig:
     kernel_packages: tuple[str, ...] = ("flashinfer", "flashinfer-python", "flash_attn", "flash-attn", "flash_mla", "torch", "triton")
     # Import packages of the kernel stack whose names the port imports (checked against what is installed).
     kernel_modules: tuple[str, ...] = ("flashinfer", "flash_attn", "flash_mla")
+    # Port class -> "upstream.module.Class" whose role it takes, when it neither copies nor subclasses it.
+    class_map: dict[str, str] = field(default_factory=dict)
+    # Upstream per-platform subfolders to prefer when upstream moved a file into several of them.
+    upstream_subfolders: tuple[str, ...] = ("nvidia", "cuda")
     # Platform methods that return backend class paths as strings (read as registrations).
     selectors: tuple[str, ...] = ("get_attn_backend_cls",)
     max_file_bytes: int = 2_000_000  # larger files are recorded as not analysed (generated code)
@@ -53,7 +57,7 @@ class AuditConfig:
         return self.expand(self.platform_file)
 
 
-_LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors"}
+_LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders"}
 
 
 def _from_mapping(data: dict[str, Any], origin: str) -> AuditConfig:

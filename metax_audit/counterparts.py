@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.config import AuditConfig
+from metax_audit.roles import RolePair, UpstreamClasses, main_path, role_pairs
 
 # Where upstream keeps its backend enum (read statically; importing vLLM is not an option here).
 _REGISTRY_FILES = ("v1/attention/backends/registry.py", "attention/backends/registry.py", "platforms/registry.py")
@@ -18,7 +19,10 @@ _ENUM_SUFFIX = "BackendEnum"
 class FileCounterpart:
     path: str  # port file, repo-relative
     upstream_path: str | None  # upstream file relative to the upstream root, None when vendor-only
-    how: str  # "path" | "path-map" | "registration:<MEMBER>" | "vendor-only"
+    how: str  # "path" | "path-map" | "subfolder" | "registration:<MEMBER>" | "role" | "vendor-only"
+    # For "role": the port classes and the upstream classes whose role they take (compared by contract).
+    roles: tuple[RolePair, ...] = ()
+    why_not: str = ""  # for vendor-only: what was looked for
 
     @property
     def vendor_only(self) -> bool:
@@ -94,23 +98,76 @@ def map_file(
     upstream_root: Path | None,
     registered: Mapping[str, str] = {},  # read only
     registry: Mapping[str, str] = {},  # read only
+    port_tree: ast.Module | None = None,
+    upstream_classes: UpstreamClasses | None = None,
 ) -> FileCounterpart:
-    """The upstream file a port file follows: config override, same path, then registration."""
+    """The upstream file a port file follows: config override, same path (or moved into a subfolder)
+    when the two share definitions, the registered enum member's file, else the upstream classes its
+    classes take the role of (bases, config class-map)."""
     if port_path in config.path_map:
         return FileCounterpart(port_path, config.path_map[port_path], "path-map")
     candidate = default_upstream_path(port_path, config)
     if upstream_root is None:
         return FileCounterpart(port_path, candidate, "path")
-    if candidate and (upstream_root / candidate).is_file():
-        return FileCounterpart(port_path, candidate, "path")
+    not_copies: list[str] = []
+    for how, rel in (("path", candidate), ("subfolder", _subfolder_move(upstream_root, candidate, config))):
+        if rel and (upstream_root / rel).is_file():
+            if _shares_definitions(port_tree, upstream_root / rel, config):
+                return FileCounterpart(port_path, rel, how)
+            not_copies.append(rel)
     # Moved upstream file: the class registered for the same enum member says where it lives now.
     for member in sorted(set(registered.values())):
         class_path = registry.get(member)
         if class_path and "." in class_path:
             rel = path_of_module(class_path.rsplit(".", 1)[0])
             if (upstream_root / rel).is_file():
-                return FileCounterpart(port_path, rel, f"registration:{member}")
-    return FileCounterpart(port_path, None, "vendor-only")
+                if _shares_definitions(port_tree, upstream_root / rel, config):
+                    return FileCounterpart(port_path, rel, f"registration:{member}")
+                not_copies.append(rel)
+    if port_tree is not None:
+        classes = upstream_classes or UpstreamClasses(upstream_root, config.upstream_package)
+        pairs = role_pairs(port_tree, module_of(port_path), port_path.endswith("__init__.py"), classes, config.class_map)
+        if pairs:
+            return FileCounterpart(port_path, main_path(pairs), "role", tuple(pairs))
+    why = (f"{', '.join(not_copies)} shares no class or function with it (same name, different code)"
+           if not_copies else f"no {candidate or 'mapped path'} under upstream (nor in a subfolder of its directory)")
+    return FileCounterpart(port_path, None, "vendor-only",
+                           why_not=why + "; no registered enum member points to an upstream file; no class subclasses an upstream class")
+
+
+def _subfolder_move(upstream_root: Path, candidate: str | None, config: AuditConfig) -> str | None:
+    """`x/y/f.py` absent upstream but `x/y/<sub>/f.py` present (per-platform folders): the preferred
+    subfolder (config upstream-subfolders, in order) or the only one."""
+    if not candidate or (upstream_root / candidate).is_file():
+        return None
+    parent = (upstream_root / candidate).parent
+    name = Path(candidate).name
+    try:
+        found = sorted(p.name for p in parent.iterdir() if p.is_dir() and (p / name).is_file())
+    except OSError:
+        return None
+    pick = next((s for s in config.upstream_subfolders if s in found), None) or (found[0] if len(found) == 1 else None)
+    return f"{Path(candidate).parent.as_posix()}/{pick}/{name}" if pick else None
+
+
+def _definitions(tree: ast.Module, prefixes: Iterable[str]) -> set[str]:
+    return {strip_prefix(s.name, prefixes) for s in tree.body
+            if isinstance(s, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def _shares_definitions(port_tree: ast.Module | None, upstream_file: Path, config: AuditConfig) -> bool:
+    """A copied file keeps upstream's classes and functions; a file that only shares the name does not.
+    Without the port's tree (or with a file that defines nothing) the path is taken as it is."""
+    if port_tree is None:
+        return True
+    mine = _definitions(port_tree, config.class_prefixes)
+    if not mine:
+        return True
+    try:
+        theirs = _definitions(ast.parse(upstream_file.read_text(encoding="utf-8")), ())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return True
+    return bool(mine & theirs) or not theirs
 
 
 def strip_prefix(name: str, prefixes: Iterable[str]) -> str:

@@ -1,0 +1,261 @@
+# Compare by role: a port class that takes an upstream class's role (subclass or config class-map)
+# is checked against that class's contract: overridden signatures, abstract methods, upstream drift.
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from metax_audit.findings import make_finding, rule
+from metax_audit.models import Category, Difference, Finding, Location, Severity
+from metax_audit.roles import RolePair, UpClass, UpstreamClasses
+
+# Not the file-by-file compare of a copied file: a rewritten backend shares the contract of its
+# upstream base, not its code, so only what callers through the base can observe is compared.
+
+R_OVERRIDE = rule(
+    "MXA207", Category.SIGNATURE, Severity.WARNING,
+    "override does not accept what the upstream method it overrides accepts",
+    "vLLM calls this method through the upstream base class's interface. The override drops a parameter "
+    "the base method takes (a call passing it raises TypeError) or adds a required one (calls through the "
+    "base do not pass it). When the port's own code is the only caller, waive it with that reason.",
+).id
+R_ABSTRACT = rule(
+    "MXA208", Category.SIGNATURE, Severity.WARNING,
+    "port class does not define an abstract method of its upstream base",
+    "The upstream base class is an ABC and declares the method abstract; the port class (and its bases in "
+    "the same file) do not define it, so instantiating the class raises TypeError, and a static call of it "
+    "reaches upstream's body (which usually raises NotImplementedError).",
+).id
+
+_Func = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class _Params:
+    positional: tuple[str, ...]
+    required: frozenset[str]
+    keyword_only: tuple[str, ...]
+    varargs: bool
+    varkw: bool
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset((*self.positional, *self.keyword_only))
+
+
+def _decorators(fn: _Func) -> set[str]:
+    return {ast.unparse(d).rsplit(".", 1)[-1] for d in fn.decorator_list}
+
+
+def _params(fn: _Func) -> _Params:
+    a = fn.args
+    positional = [p.arg for p in (*a.posonlyargs, *a.args)]
+    if "staticmethod" not in _decorators(fn) and positional:
+        positional = positional[1:]  # self / cls
+    with_default = set(positional[len(positional) - len(a.defaults):]) if a.defaults else set()
+    kw_required = {p.arg for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is None}
+    required = frozenset({p for p in positional if p not in with_default} | kw_required)
+    return _Params(tuple(positional), required, tuple(p.arg for p in a.kwonlyargs), a.vararg is not None, a.kwarg is not None)
+
+
+def _only_raises(fn: _Func) -> bool:
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and isinstance(body[0], ast.Raise)
+
+
+def _sig(fn: _Func) -> str:
+    return f"{fn.name}({ast.unparse(fn.args)})"
+
+
+def _methods(cls: ast.ClassDef) -> dict[str, _Func]:
+    return {s.name: s for s in cls.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def _is_abstract(fn: _Func) -> bool:
+    return "abstractmethod" in _decorators(fn)
+
+
+def _is_abc(mro: list[UpClass]) -> bool:
+    for c in mro:
+        if any(_tail(b) == "ABC" for b in c.node.bases) or any(
+                k.arg == "metaclass" and _tail(k.value) == "ABCMeta" for k in c.node.keywords):
+            return True
+    return False
+
+
+def _tail(node: ast.expr) -> str:
+    return ast.unparse(node).rsplit(".", 1)[-1]
+
+
+def incompatibility(up: _Func, port: _Func) -> str | None:
+    """Why a call written for `up` can fail on `port`; None when the override accepts it."""
+    u, p = _params(up), _params(port)
+    problems: list[str] = []
+    missing = [n for n in (*u.positional, *u.keyword_only) if n not in p.names]
+    # A parameter renamed in place still binds positional calls: only names nowhere in the override count.
+    renamed = {n for i, n in enumerate(u.positional) if n in missing and i < len(p.positional)
+               and p.positional[i] not in u.names}
+    for name in missing:
+        if name in renamed or p.varkw:  # **kwargs takes any name passed by keyword
+            continue
+        how = "required" if name in u.required else "optional"
+        problems.append(f"drops the {how} parameter `{name}`")
+    extra = sorted(n for n in p.required if n not in u.names and n not in set(p.positional[: len(u.positional)]))
+    # A constructor's extra arguments come from the layer that builds it, not from the base's interface.
+    if extra and not u.varkw and up.name != "__init__":
+        problems.append("requires " + ", ".join(f"`{n}`" for n in extra) + ", which calls through the base do not pass")
+    return "; ".join(problems) or None
+
+
+def _port_methods(tree: ast.Module, cls: ast.ClassDef, seen: set[str] | None = None) -> dict[str, _Func] | None:
+    """Methods of the port class and its bases defined in the same file; None when a base is elsewhere
+    in the port (its methods cannot be seen here, so nothing can be said to be missing)."""
+    seen = seen if seen is not None else set()
+    if cls.name in seen:
+        return {}
+    seen.add(cls.name)
+    local = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)}
+    out: dict[str, _Func] = {}
+    for base in cls.bases:
+        name = _tail(base.value if isinstance(base, ast.Subscript) else base)
+        if name in local:
+            inherited = _port_methods(tree, local[name], seen)
+            if inherited is None:
+                return None
+            out.update(inherited)
+    out.update(_methods(cls))
+    return out
+
+
+def _lookup(mro: list[UpClass], name: str) -> tuple[UpClass, _Func] | None:
+    for c in mro:
+        fn = _methods(c.node).get(name)
+        if fn is not None:
+            return c, fn
+    return None
+
+
+def _interface_method(name: str, fn: _Func) -> bool:
+    if name.startswith("__") and name.endswith("__"):
+        return name == "__init__" and _is_abstract(fn)  # constructors differ unless the base fixes them
+    return not name.startswith("_")
+
+
+def compare_roles(
+    port_path: str,
+    tree: ast.Module,
+    pairs: list[RolePair],
+    upstream: UpstreamClasses,
+    base: UpstreamClasses | None,
+    versions: str,
+) -> tuple[list[tuple[Difference, str]], list[Finding]]:
+    """Differences (upstream drift of overridden methods, each with its upstream file) and findings
+    (MXA207/MXA208) of a file whose classes take upstream classes' roles."""
+    diffs: list[tuple[Difference, str]] = []
+    findings: list[Finding] = []
+    classes = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)}
+    for pair in pairs:
+        cls = classes.get(pair.port_class)
+        target = upstream.find(_module_of(pair.upstream_path), pair.upstream_class)
+        if cls is None or target is None:
+            continue
+        mro = upstream.mro(target)
+        old = base.find(_module_of(pair.upstream_path), pair.upstream_class) if base is not None else None
+        old_mro = base.mro(old) if base is not None and old is not None else []
+        for d, f in _overrides(port_path, cls, pair, mro, old_mro, versions, upstream_callers(upstream)):
+            if d is not None:
+                diffs.append(d)
+            if f is not None:
+                findings.append(f)
+        findings.extend(_abstract(port_path, tree, cls, pair, mro))
+    return diffs, findings
+
+
+def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass], old_mro: list[UpClass],
+               versions: str, callers: Callable[[str, list[str]], list[str]]) -> Iterator[tuple[tuple[Difference, str] | None, Finding | None]]:
+    for name, fn in _methods(cls).items():
+        found = _lookup(mro, name)
+        if found is None or not _interface_method(name, found[1]) or _only_raises(fn):
+            continue  # an override that only raises turns the feature off: its parameters do not matter
+        owner, up = found
+        qual = f"{cls.name}.{name}"
+        where = f"upstream {owner.path}:{up.lineno} {owner.node.name}.{_sig(up)}"
+        problem = incompatibility(up, fn)
+        if problem is not None:
+            dropped = [n for n in _params(up).names if n not in _params(fn).names]
+            yield None, make_finding(
+                R_OVERRIDE, Location(port_path, fn.lineno, qual),
+                f"{qual} overrides {owner.node.name}.{name} but {problem}",
+                (f"port {port_path}:{fn.lineno} {_sig(fn)}", where,
+                 f"{cls.name} takes the role of upstream {pair.upstream_class} ({pair.relation})",
+                 *callers(name, dropped)))
+        old = _lookup(old_mro, name) if old_mro else None
+        if old is not None and ast.dump(old[1].args) != ast.dump(up.args) and problem is not None \
+                and incompatibility(old[1], fn) is None:
+            yield (Difference(
+                kind="upstream-not-followed", path=port_path, line=fn.lineno, symbol=qual, declared=False, reason="",
+                action=f"follow upstream's new signature {_sig(up)}", validation="",
+                detail=f"upstream changed {owner.node.name}.{name} ({versions}): {_sig(old[1])} -> {_sig(up)}; "
+                       f"the override {_sig(fn)} still has the old form",
+                upstream_line=up.lineno), owner.path), None
+
+
+def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str, list[str]], list[str]]:
+    """Upstream call sites `.method(... name=...)` that pass one of the dropped keywords (evidence that
+    a caller through the base passes it); the upstream tree is scanned as text once per run."""
+    texts: list[tuple[str, str]] = []
+
+    def find(method: str, names: list[str]) -> list[str]:
+        if not names:
+            return []
+        if not texts:
+            pkg = upstream.root / upstream.package.replace(".", "/")
+            for path in sorted(pkg.rglob("*.py")):
+                try:
+                    texts.append((path.relative_to(upstream.root).as_posix(), path.read_text(encoding="utf-8")))
+                except (OSError, UnicodeDecodeError):
+                    continue
+        pattern = re.compile(r"\." + re.escape(method) + r"\(")
+        keyword = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\s*=(?!=)")
+        out: list[str] = []
+        for rel, text in texts:
+            for m in pattern.finditer(text):
+                window = text[m.end(): m.end() + 400].split("\n\n", 1)[0]
+                if (k := keyword.search(window)) is not None:
+                    out.append(f"upstream caller {rel}:{text.count(chr(10), 0, m.start()) + 1} passes {k.group(1)}=")
+                    if len(out) >= limit:
+                        return out
+        return out
+
+    return find
+
+
+def _abstract(port_path: str, tree: ast.Module, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass]) -> Iterator[Finding]:
+    if not _is_abc(mro):
+        return
+    have = _port_methods(tree, cls)
+    if have is None:
+        return
+    for name in sorted({n for c in mro for n in _methods(c.node)}):
+        found = _lookup(mro, name)
+        if found is None or not _is_abstract(found[1]) or name in have:
+            continue
+        if _decorators(found[1]) & {"staticmethod", "classmethod"}:
+            continue  # called on the class (backends are never instantiated): upstream's body answers
+        owner, up = found
+        yield make_finding(
+            R_ABSTRACT, Location(port_path, cls.lineno, f"{cls.name}.{name}"),
+            f"{cls.name} does not define {name}, abstract in upstream {owner.node.name}",
+            (f"upstream {owner.path}:{up.lineno} @abstractmethod {owner.node.name}.{_sig(up)}",
+             f"port {port_path}:{cls.lineno} class {cls.name} (bases in this file included) has no {name}"))
+
+
+def _module_of(path: str) -> str:
+    mod = path[:-3] if path.endswith(".py") else path
+    mod = mod.replace("/", ".")
+    return mod[: -len(".__init__")] if mod.endswith(".__init__") else mod
+
+
+__all__ = ["compare_roles", "incompatibility"]

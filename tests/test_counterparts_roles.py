@@ -1,0 +1,128 @@
+# Counterparts when no upstream file has the port file's path: a move into an upstream subfolder, the
+# registered enum member's file, the upstream classes the port's classes subclass (or config maps), and
+# the by-role comparison (override signatures, abstract methods, upstream drift). Fixture: npu_port.
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+from metax_audit.compare import compare
+from metax_audit.config import AuditConfig
+from metax_audit.counterparts import map_file
+from metax_audit.discover import discover
+from metax_audit.models import UpstreamInfo
+
+FIXTURE = Path(__file__).parent / "fixtures" / "npu_port"
+CFG = AuditConfig(port_package="vllm_npu", scope=("{port}/attention/**/*.py", "{port}/platform.py"),
+                  class_prefixes=("Npu",))
+
+
+@pytest.fixture
+def trees(tmp_path: Path) -> tuple[Path, Path]:
+    shutil.copytree(FIXTURE / "port", tmp_path / "port")
+    shutil.copytree(FIXTURE / "upstream", tmp_path / "upstream")
+    return tmp_path / "port", tmp_path / "upstream"
+
+
+def _review(port: Path, up: Path, base: Path | None = None, config: AuditConfig = CFG):
+    d = discover(port, config)
+    target = UpstreamInfo("vllm", "0.99.0", "directory:test", up)
+    old = UpstreamInfo("vllm", "0.98.0", "directory:base", base) if base else None
+    comparison, findings = compare(d, config, target, old)
+    return {f.path: f for f in comparison.files}, findings
+
+
+def test_counterparts_by_registration_role_and_vendor_only(trees: tuple[Path, Path]) -> None:
+    files, _ = _review(*trees)
+    flash = files["vllm_npu/attention/device_a/flash_attn.py"]  # returned for FLASH_ATTN, a copy of upstream's
+    assert flash.upstream_path == "vllm/v1/attention/backends/flash_attn.py"
+    assert flash.class_map == {"NpuFlashAttentionBackend": "FlashAttentionBackend", "NpuFlashAttentionImpl": "FlashAttentionImpl"}
+    mla = files["vllm_npu/attention/mla_v1.py"]  # a rewrite: its classes subclass upstream's
+    assert mla.upstream_path == "vllm/v1/attention/backend.py"
+    assert mla.class_map == {"NpuMLAMetadataBuilder": "MLACommonMetadataBuilder", "NpuMLAImpl": "AttentionImpl",
+                             "NpuMLABackend": "AttentionBackend"}
+    assert mla.differences == ()  # a role counterpart is not diffed line by line
+    assert files["vllm_npu/attention/__init__.py"].vendor_only
+
+
+def test_override_findings_name_the_dropped_parameters_with_both_signatures(trees: tuple[Path, Path]) -> None:
+    _, findings = _review(*trees)
+    got = {(f.rule, f.location.symbol): f for f in findings if f.rule in {"MXA207", "MXA208"}}
+    assert set(got) == {("MXA207", "NpuMLAMetadataBuilder.build"), ("MXA207", "NpuMLAImpl.forward"),
+                        ("MXA207", "NpuAttentionImpl.forward"), ("MXA207", "NpuAttentionBackend.get_kv_cache_shape")}
+    build = got[("MXA207", "NpuMLAMetadataBuilder.build")]
+    assert "drops the optional parameter `fast_build`" in build.message
+    assert any("mla_attention.py" in e and "MLACommonMetadataBuilder.build(" in e for e in build.evidence)
+    forward = got[("MXA207", "NpuMLAImpl.forward")].message
+    # q / kv_c_and_k_pe_cache are renamed in place (positional calls still bind); value and kv_cache are gone
+    assert "`query`" not in forward and "`key`" not in forward
+    assert "drops the required parameter `value`" in forward and "drops the required parameter `kv_cache`" in forward
+
+
+def test_abstract_method_missing_and_only_raising_override(trees: tuple[Path, Path]) -> None:
+    port, up = trees
+    mla = port / "vllm_npu/attention/mla_v1.py"
+    mla.write_text(mla.read_text() + "\n\nclass NpuIndexerImpl(AttentionImpl):\n    def helper(self):\n        return 1\n\n\n"
+                   "class NpuDisabledImpl(AttentionImpl):\n    def forward(self, layer):\n"
+                   "        raise NotImplementedError('not on this device')\n")
+    _, findings = _review(port, up)
+    abstract = [f for f in findings if f.rule == "MXA208"]
+    assert [(f.location.symbol, f.severity.value) for f in abstract] == [("NpuIndexerImpl.forward", "warning")]
+    # a static abstract method (get_impl_cls on a backend) is answered by upstream's body: not reported
+    assert not any("get_impl_cls" in f.message for f in findings)
+    assert not any(f.location.symbol == "NpuDisabledImpl.forward" for f in findings if f.rule == "MXA207")
+
+
+def test_upstream_signature_change_not_followed_is_drift(trees: tuple[Path, Path], tmp_path: Path) -> None:
+    port, up = trees
+    base = tmp_path / "base"
+    shutil.copytree(up, base)
+    # base release: build(common_prefix_len, common_attn_metadata); the target added fast_build
+    mla_common = base / "vllm/model_executor/layers/attention/mla_attention.py"
+    mla_common.write_text(mla_common.read_text().replace("def build(self, common_prefix_len, common_attn_metadata, fast_build=False)",
+                                                         "def build(self, common_prefix_len, common_attn_metadata)"))
+    _, findings = _review(port, up, base)
+    drift = [f for f in findings if f.rule == "MXA203"]
+    assert [f.location.symbol for f in drift] == ["NpuMLAMetadataBuilder.build"]
+    assert "0.98.0 -> 0.99.0" in drift[0].message and "still has the old form" in drift[0].message
+    assert any(e.startswith("upstream vllm/model_executor/layers/attention/mla_attention.py:") for e in drift[0].evidence)
+
+
+def test_same_path_without_shared_definitions_is_not_a_counterpart(tmp_path: Path) -> None:
+    up = tmp_path / "up"
+    (up / "vllm/distributed").mkdir(parents=True)
+    (up / "vllm/distributed/utils.py").write_text("def divide(a, b):\n    return a // b\n")
+    cfg = AuditConfig(port_package="vllm_npu")
+    other = ast.parse("def all_gather_async(x):\n    return x\n")
+    copy = ast.parse("def divide(a, b):\n    return a // b\n\ndef extra():\n    return 1\n")
+    cp = map_file("vllm_npu/distributed/utils.py", cfg, up, port_tree=other)
+    assert cp.vendor_only and "shares no class or function" in cp.why_not
+    assert map_file("vllm_npu/distributed/utils.py", cfg, up, port_tree=copy).how == "path"
+
+
+def test_file_moved_into_an_upstream_platform_subfolder(tmp_path: Path) -> None:
+    up = tmp_path / "up"
+    for sub in ("amd", "nvidia"):
+        (up / f"vllm/models/m/{sub}").mkdir(parents=True)
+        (up / f"vllm/models/m/{sub}/flashmla.py").write_text("class FlashMLABackend:\n    pass\n")
+    tree = ast.parse("class MacaFlashMLABackend:\n    pass\n")
+    cp = map_file("vllm_metax/models/m/flashmla.py", AuditConfig(), up, port_tree=tree)
+    assert (cp.upstream_path, cp.how) == ("vllm/models/m/nvidia/flashmla.py", "subfolder")
+    only_amd = AuditConfig(upstream_subfolders=("rocm",))
+    assert map_file("vllm_metax/models/m/flashmla.py", only_amd, up, port_tree=tree).vendor_only  # ambiguous
+
+
+def test_config_class_map_names_the_role_of_a_class_that_neither_copies_nor_subclasses(trees: tuple[Path, Path]) -> None:
+    port, up = trees
+    (port / "vllm_npu/attention/standalone.py").write_text(
+        "class NpuStandaloneBuilder:\n    def build(self, common_prefix_len):\n        return None\n")
+    cfg = AuditConfig(port_package="vllm_npu", scope=CFG.scope, class_prefixes=("Npu",),
+                      class_map={"NpuStandaloneBuilder": "vllm.model_executor.layers.attention.mla_attention.MLACommonMetadataBuilder"})
+    files, findings = _review(port, up, config=cfg)
+    assert files["vllm_npu/attention/standalone.py"].upstream_path == "vllm/model_executor/layers/attention/mla_attention.py"
+    assert any(f.rule == "MXA207" and f.location.symbol == "NpuStandaloneBuilder.build" for f in findings)
+    files, _ = _review(port, up)
+    assert files["vllm_npu/attention/standalone.py"].vendor_only
