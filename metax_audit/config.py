@@ -41,6 +41,12 @@ class AuditConfig:
     class_map: dict[str, str] = field(default_factory=dict)
     # Upstream per-platform subfolders to prefer when upstream moved a file into several of them.
     upstream_subfolders: tuple[str, ...] = ("nvidia", "cuda")
+    # torch.ops namespaces of the kernel stack -> the package whose sources document their schemas
+    # (read statically when the op library is not loaded where the review runs).
+    op_namespaces: dict[str, str] = field(default_factory=dict)
+    # Public wheels (pip pins NAME==VERSION) or directories of the kernel stack whose Python sources are
+    # read statically when the stack cannot be imported here (downloaded once, .py files cached).
+    kernel_sources: tuple[str, ...] = ()
     # Platform methods that return backend class paths as strings (read as registrations).
     selectors: tuple[str, ...] = ("get_attn_backend_cls",)
     max_file_bytes: int = 2_000_000  # larger files are recorded as not analysed (generated code)
@@ -57,7 +63,8 @@ class AuditConfig:
         return self.expand(self.platform_file)
 
 
-_LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders"}
+_LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders", "kernel_sources"}
+_MAP_FIELDS = {"path_map", "class_map", "op_namespaces"}
 
 
 def _from_mapping(data: dict[str, Any], origin: str) -> AuditConfig:
@@ -72,6 +79,9 @@ def _from_mapping(data: dict[str, Any], origin: str) -> AuditConfig:
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{origin}: {key} must be a list of strings")
             value = tuple(value)
+        elif name in _MAP_FIELDS and (not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+            raise ConfigError(f"{origin}: {key} must be a mapping of strings to strings")
         values[name] = value
     return replace(AuditConfig(), **values)
 

@@ -109,10 +109,12 @@ def map_file(
     candidate = default_upstream_path(port_path, config)
     if upstream_root is None:
         return FileCounterpart(port_path, candidate, "path")
+    # Classes registered for an enum member stand for upstream's class of that member (renamed classes).
+    aliases = {registry[m].rsplit(".", 1)[-1] for m in registered.values() if "." in registry.get(m, "")}
     not_copies: list[str] = []
     for how, rel in (("path", candidate), ("subfolder", _subfolder_move(upstream_root, candidate, config))):
         if rel and (upstream_root / rel).is_file():
-            if _shares_definitions(port_tree, upstream_root / rel, config):
+            if _shares_definitions(port_tree, upstream_root / rel, config, aliases):
                 return FileCounterpart(port_path, rel, how)
             not_copies.append(rel)
     # Moved upstream file: the class registered for the same enum member says where it lives now.
@@ -121,7 +123,7 @@ def map_file(
         if class_path and "." in class_path:
             rel = path_of_module(class_path.rsplit(".", 1)[0])
             if (upstream_root / rel).is_file():
-                if _shares_definitions(port_tree, upstream_root / rel, config):
+                if _shares_definitions(port_tree, upstream_root / rel, config, aliases):
                     return FileCounterpart(port_path, rel, f"registration:{member}")
                 not_copies.append(rel)
     if port_tree is not None:
@@ -155,12 +157,13 @@ def _definitions(tree: ast.Module, prefixes: Iterable[str]) -> set[str]:
             if isinstance(s, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
-def _shares_definitions(port_tree: ast.Module | None, upstream_file: Path, config: AuditConfig) -> bool:
+def _shares_definitions(port_tree: ast.Module | None, upstream_file: Path, config: AuditConfig,
+                        aliases: frozenset[str] | set[str] = frozenset()) -> bool:
     """A copied file keeps upstream's classes and functions; a file that only shares the name does not.
     Without the port's tree (or with a file that defines nothing) the path is taken as it is."""
     if port_tree is None:
         return True
-    mine = _definitions(port_tree, config.class_prefixes)
+    mine = _definitions(port_tree, config.class_prefixes) | aliases
     if not mine:
         return True
     try:

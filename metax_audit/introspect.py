@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -38,6 +38,7 @@ def introspect(
     never_import: Sequence[str] = (),
     cache: bool | CachePlan = False,
     prestarted: Prestarted | None = None,
+    op_namespaces: Mapping[str, str] = {},  # read only: torch.ops namespace -> package documenting its schemas
 ) -> StackFacts:
     """Facts about each dotted target as the interpreter `python` sees it (default: this one).
 
@@ -61,9 +62,10 @@ def introspect(
     wanted = list(dict.fromkeys(targets))
     if cache:
         plan = cache if isinstance(cache, CachePlan) else plan_cache(
-            wanted, python=interpreter, extra_path=extra_path, static_roots=static_roots, never_import=never_import)
+            wanted, python=interpreter, extra_path=extra_path, static_roots=static_roots, never_import=never_import,
+            op_namespaces=op_namespaces)
         return _introspect_cached(wanted, interpreter, timeout, extra_path, static_roots, never_import, plan,
-                                  prestarted)
+                                  prestarted, op_namespaces)
     if prestarted is not None and not prestarted.fits(interpreter, extra_path):
         prestarted.discard()
         prestarted = None
@@ -77,7 +79,7 @@ def introspect(
         live = [t for t in remaining if t.split(".")[0] not in poisoned]
         if static_only:
             _run_worker(interpreter, static_only, extra_path, static_roots, timeout, True, facts, meta, distributions,
-                        never_import)
+                        never_import, op_namespaces=op_namespaces)
             for t in static_only:
                 status, error = poisoned[t.split(".")[0]]
                 fact = facts.get(t)
@@ -90,7 +92,7 @@ def introspect(
         if not live:
             break
         outcome = _run_worker(interpreter, live, extra_path, static_roots, timeout, False, facts, meta, distributions,
-                              never_import, prestarted)
+                              never_import, prestarted, op_namespaces)
         prestarted = None  # used once; a restart after a hang or crash starts afresh
         if outcome is None:
             break
@@ -131,6 +133,7 @@ def _run_worker(
     distributions: dict[str, dict[str, str]],
     never_import: Sequence[str] = (),
     prestarted: Prestarted | None = None,
+    op_namespaces: Mapping[str, str] = {},  # read only
 ) -> tuple[str, str, str] | None:
     """Run one worker (or finish `prestarted`); fill `facts`. Returns (target, status, error) when
     it hung or died on one."""
@@ -140,6 +143,7 @@ def _run_worker(
         "static_roots": [str(p) for p in static_roots],
         "static_only": static_only,
         "never_import": list(never_import),
+        "op_namespaces": dict(op_namespaces),
     }
     if prestarted is not None:
         done = prestarted.finish(json.dumps(request), timeout)
@@ -180,7 +184,7 @@ def _run_worker(
         if culprit is not None:
             return culprit, "timeout", f"importing or inspecting it did not finish within {timeout:g} s"
         return _run_worker(interpreter, targets, extra_path, static_roots, timeout, static_only, facts, meta,
-                           distributions, never_import)
+                           distributions, never_import, op_namespaces=op_namespaces)
     tail = " | ".join(done.stderr.strip().splitlines()[-3:])[:500]
     if current is None:
         if not any(t in facts for t in targets):
@@ -329,7 +333,7 @@ def load_manifest(path: Path) -> StackFacts:
 # worker could read). The fingerprint is conservative: any install, upgrade or removal in a
 # site-packages directory, or any file change under an editable/extra/static package, invalidates.
 
-CACHE_SCHEMA = "metax-audit/stack-cache/v1"
+CACHE_SCHEMA = "metax-audit/stack-cache/v4"  # v2: static schemas of C++-registered ops (op-namespaces)
 _UNCACHEABLE = {"timeout", "crash"}  # may be load or a flaky import: try again next time
 
 
@@ -360,6 +364,7 @@ def plan_cache(
     extra_path: Sequence[Path] = (),
     static_roots: Sequence[Path] = (),
     never_import: Sequence[str] = (),
+    op_namespaces: Mapping[str, str] = {},  # read only
 ) -> CachePlan:
     """The stack-cache entry for these targets as `python` would see them (see introspect)."""
     interpreter = python or sys.executable
@@ -372,7 +377,9 @@ def plan_cache(
     tops = sorted({t.split(".")[0] for t in stack})
     roots = [Path(r) for r in static_roots if not any((Path(r) / o).exists() for o in own)
              or any((Path(r) / t).exists() or (Path(r) / f"{t}.py").exists() for t in tops)]
-    keys = _cache_keys(interpreter, stack, extra_path, roots, tops) if stack else None
+    # the namespaces change what the worker answers for ops whose library is not loaded: part of the key
+    keyed = [*stack, *(f"op-namespace:{k}={v}" for k, v in sorted(op_namespaces.items()))]
+    keys = _cache_keys(interpreter, keyed, extra_path, roots, tops) if stack else None
     if keys is None:
         return CachePlan(tuple(port), tuple(stack), tuple(roots), None)
     return CachePlan(tuple(port), tuple(stack), tuple(roots), stack_cache_dir() / f"{keys[0]}.json",
@@ -400,6 +407,7 @@ def _write_marker(path: Path) -> None:
 def _introspect_cached(
     wanted: list[str], interpreter: str, timeout: float, extra_path: Sequence[Path], static_roots: Sequence[Path],
     never_import: Sequence[str], plan: CachePlan, prestarted: Prestarted | None = None,
+    op_namespaces: Mapping[str, str] = {},  # read only
 ) -> StackFacts:
     port, stack, roots, path = list(plan.port), list(plan.stack), list(plan.roots), plan.entry
     facts: dict[str, CallableFact] = {}
@@ -412,7 +420,7 @@ def _introspect_cached(
             prestarted.discard()
     else:
         hit = introspect(stack, python=interpreter, timeout=timeout, extra_path=extra_path, static_roots=roots,
-                         prestarted=prestarted)
+                         prestarted=prestarted, op_namespaces=op_namespaces)
         if path is not None and not any(f.status in _UNCACHEABLE for f in hit.facts.values()):
             _write_cache(hit, path)
             if plan.marker is not None:

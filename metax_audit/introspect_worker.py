@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import textwrap
@@ -579,6 +580,153 @@ def static_target(target: str, static_roots: list[str], _depth: int = 0, *, sear
     return _fact(target, "import-error", "static", error=f"no source found for {parts[0]} (searched {len(static_roots)} static root(s) and the interpreter's path)")
 
 
+# Ops registered from C++ (torch.ops.<ns>.X, or `pkg.X` aliases of them) have no Python definition;
+# their packages document the schema (`pkg.X(Tensor q, *, int n=1) -> Tensor`) in docstrings or stubs.
+_SCHEMA_TYPE = re.compile(r"^(Tensor|SymInt|int|float|bool|str|Scalar|ScalarType|Device|Layout|MemoryFormat|"
+                          r"Generator|Dimname|Storage|Stream|Any|bytes|complex|number)\b")
+
+
+def _schema_params(text: str) -> list[dict[str, Any]] | None:
+    params: list[dict[str, Any]] = []
+    kind = "POSITIONAL_OR_KEYWORD"
+    for raw in _split_top(text):
+        if raw == "*":
+            kind = "KEYWORD_ONLY"
+            continue
+        if not _SCHEMA_TYPE.match(raw):
+            return None  # not a torch schema (a call in an example, prose)
+        decl, _, default = raw.partition("=")
+        name = decl.split()[-1] if len(decl.split()) > 1 else ""
+        if not name.isidentifier():
+            return None
+        params.append({"name": name, "kind": kind, "default": default.strip() or None if default else None})
+    return params
+
+
+def _wheel_info(root: Path, package: str) -> dict[str, str]:
+    """Name and version from an unpacked wheel's dist-info beside the package (a public wheel read
+    statically), so the evidence names the build the schema came from."""
+    want = package.replace("-", "_").lower()
+    for meta in sorted(root.glob("*.dist-info/METADATA")):
+        info = {}
+        with contextlib.suppress(OSError):
+            for line in meta.read_text(encoding="utf-8", errors="replace").splitlines()[:20]:
+                key, _, value = line.partition(": ")
+                if key == "Name":
+                    info["distribution"] = value.strip()
+                elif key == "Version":
+                    info["version"] = value.strip()
+        if info.get("distribution", "").replace("-", "_").lower() == want:
+            return info
+    return {}
+
+
+_META_DECORATORS = frozenset({"impl", "register_fake", "register_meta", "impl_abstract"})
+
+
+def _meta_registration(tree: ast.Module, name: str) -> ast.FunctionDef | None:
+    """The function registered as the op's meta/fake kernel (`@impl(m, "NAME")`,
+    `@torch.library.impl(lib, "NAME", "Meta")`, `@register_fake("ns::NAME")`): torch binds it with
+    the op's own arguments, so its parameters are the schema's."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for dec in node.decorator_list:
+            if not isinstance(dec, ast.Call) or ast.unparse(dec.func).rsplit(".", 1)[-1] not in _META_DECORATORS:
+                continue
+            for arg in dec.args[:2]:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.split("::")[-1] == name:
+                    return node
+    return None
+
+
+def schema_fact(target: str, package: str, name: str, static_roots: list[str]) -> dict[str, Any] | None:
+    """The op's parameters as `package`'s Python sources state them, or None when none does.
+
+    Two sources, neither complete alone: the documented schema (`pkg.X(Tensor q, *, int n=1) -> T` in
+    a docstring) names every parameter as the op does but can lag the op; the meta (fake) kernel
+    registration is code torch runs with the op's own arguments, so its count of positional parameters
+    and its keyword-only names are the op's, while its positional names are free (torch passes those
+    positionally). A signature is given when both agree on the positional count (names from the
+    schema, keyword-only parameters from the kernel); otherwise the fact is "no-signature" with what
+    was found, so no call is judged on a guess."""
+    call = re.compile(r"(?<![\w])(?:" + re.escape(package) + r"\.)?" + re.escape(name) + r"\(")
+    documented: tuple[str, list[dict[str, Any]], Path, int] | None = None
+    meta: tuple[ast.FunctionDef, Path] | None = None
+    info: dict[str, str] = {}
+    seen: set[Path] = set()
+    for root in _package_dirs(package, static_roots):
+        pkg = root / package
+        if not pkg.is_dir() or pkg.resolve() in seen:
+            continue
+        seen.add(pkg.resolve())
+        info = info or _wheel_info(root, package)
+        for path in sorted(pkg.rglob("*.py")):
+            if meta is not None and documented is not None:
+                break
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if name not in text:
+                continue
+            if meta is None and (f'"{name}"' in text or f"'{name}'" in text or f"::{name}" in text):
+                tree = _parse(path)
+                fn = _meta_registration(tree, name) if tree is not None else None
+                meta = (fn, path) if fn is not None else None
+            if documented is None:
+                documented = _documented_schema(text, call, name, path)
+    if meta is None and documented is None:
+        return None
+    where = []
+    if documented is not None:
+        where.append(f"schema documented in {documented[2].name}:{documented[3]}")
+    if meta is not None:
+        where.append(f"meta registration {meta[0].name} in {meta[1].name}:{meta[0].lineno}")
+    doc = f"{'; '.join(where)} of {package} (C++-registered op)"
+    kernel = _static_params(meta[0], drop_first=False) if meta is not None else None
+    if documented is not None and kernel is not None:
+        doc_pos = [p for p in documented[1] if p["kind"] != "KEYWORD_ONLY"]
+        ker_pos = [p for p in kernel if p["kind"] in {"POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD"}]
+        if len(doc_pos) == len(ker_pos):
+            params = [{**k, "name": d["name"], "kind": "POSITIONAL_OR_KEYWORD"} for d, k in zip(doc_pos, ker_pos, strict=True)]
+            params += [p for p in kernel if p["kind"] not in {"POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD"}]
+            path, line = documented[2], documented[3]
+            return _fact(target, "ok", "static", signature=documented[0], params=params, sourcefile=str(path),
+                         line=line, doc=doc, **info)
+        why = (f"the documented schema has {len(doc_pos)} positional parameters, the meta kernel "
+               f"{len(ker_pos)}: one of them lags the op")
+    elif documented is not None:
+        why = "only a documented schema (documentation can lag the op)"
+    else:
+        why = "only a meta kernel, whose positional parameter names need not be the op's"
+    sig = documented[0] if documented is not None else f"{name}({ast.unparse(meta[0].args)})" if meta else None
+    path, line = (documented[2], documented[3]) if documented is not None else (meta[1], meta[0].lineno) if meta else (None, None)
+    return _fact(target, "no-signature", "static", signature=sig, sourcefile=str(path) if path else None, line=line,
+                 doc=doc, error=f"{why}; calls are not judged against it", **info)
+
+
+def _documented_schema(text: str, call: re.Pattern[str], name: str, path: Path) -> tuple[str, list[dict[str, Any]], Path, int] | None:
+    for m in call.finditer(text):
+        depth, end = 1, -1
+        for i in range(m.end(), min(len(text), m.end() + 8000)):
+            depth += text[i] == "("
+            depth -= text[i] == ")"
+            if depth == 0:
+                end = i
+                break
+        if end < 0:
+            continue
+        ret = re.match(r"\s*->\s*([^\n]+)", text[end + 1: end + 400])
+        inner = " ".join(text[m.end():end].split())
+        params = _schema_params(inner) if ret else None
+        if params is None or ret is None:
+            continue
+        sig = f"{name}({', '.join(_split_top(inner))}) -> {ret.group(1).strip()}"
+        return sig, params, path, text.count("\n", 0, m.start()) + 1
+    return None
+
+
 def _static_walk(target: str, parts: list[str], used: int, path: Path, tree: ast.Module,
                  static_roots: list[str], depth: int, search_path: bool = True) -> dict[str, Any]:
     rest = parts[used:]
@@ -674,6 +822,17 @@ def _preload(head: dict[str, Any], emit: Any) -> list[str]:
 
 
 
+def _op_provider(target: str, op_namespaces: dict[str, str]) -> tuple[str, str] | None:
+    """(package, op name) for `torch.ops.<ns>.<op>` of a configured namespace, or `<package>.<op>`
+    where the package provides one (torch_npu.npu_x aliases torch.ops.npu.npu_x)."""
+    parts = target.split(".")
+    if len(parts) == 4 and parts[:2] == ["torch", "ops"] and parts[2] in op_namespaces:
+        return op_namespaces[parts[2]], parts[3]
+    if len(parts) == 2 and parts[0] in set(op_namespaces.values()):
+        return parts[0], parts[1]
+    return None
+
+
 def main() -> int:
     if sys.argv[1:] == ["--sys-path"]:  # what the stack cache keys on: the path as the worker sees it
         enter_site(("sitecustomize", "usercustomize"))  # nothing to import here: run no one's code
@@ -708,6 +867,7 @@ def main() -> int:
         for p in reversed(request.get("extra_path") or []):
             sys.path.insert(0, p)
     static_roots = [str(p) for p in request.get("static_roots") or []]
+    op_namespaces = {str(k): str(v) for k, v in (request.get("op_namespaces") or {}).items()}
     never_import = set(request.get("never_import") or [])
     dist_cache: dict[str, dict[str, str]] = {}
     for target in request.get("targets") or []:
@@ -721,6 +881,15 @@ def main() -> int:
                 fact.update({k: v for k, v in _dist_kw(target.split(".")[0], dist_cache).items() if k not in fact})
             else:
                 fact = introspect_target(target, dist_cache)
+                provider = _op_provider(target, op_namespaces)
+                if provider is not None and fact["status"] in {"import-error", "not-found"}:
+                    # a C++-registered op whose library is not loaded here: its documented schema
+                    schema = schema_fact(target, provider[0], provider[1], static_roots)
+                    if schema is not None:
+                        why = f"{fact.get('error')}; read statically" if fact.get("error") else "read statically"
+                        schema["error"] = f"{why}: {schema['error']}" if schema.get("error") else why
+                        schema.update({k: v for k, v in _dist_kw(provider[0], dist_cache).items() if k not in schema})
+                        fact = schema
                 if fact["status"] == "import-error":
                     static = static_target(target, static_roots)
                     static["error"] = f"import failed, read statically: {fact.get('error')}" + (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from metax_audit import __version__
 from metax_audit.config import AuditConfig, load_config
-from metax_audit.errors import AuditError
+from metax_audit.errors import AuditError, ConfigError
 from metax_audit.forked import Forked
 from metax_audit.models import (
     AuditReport,
@@ -243,7 +243,8 @@ def _audit_stages(st: _Stages, background: _Background, started: float, generate
     # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
     contracts = _project_contracts()
     dataflow = background.fork(partial(_dataflow, discovery, st.config, contracts))
-    static_roots = (st.snap.root, *((upstream.root,) if upstream and upstream.root else ()), *st.options.static_roots)
+    static_roots = (st.snap.root, *((upstream.root,) if upstream and upstream.root else ()), *st.options.static_roots,
+                    *_kernel_source_roots(st))
     collect_facts = _introspect(discovery, trace, st.config, replace(st.options, static_roots=static_roots), st.run,
                                 st.progress, background)
     comparison = _compare_stage(st, discovery, upstream, base)
@@ -304,6 +305,32 @@ def _upstream_stage(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | No
             base = resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
         notes.append(upstream.source)
     return upstream, base
+
+
+def _kernel_source_roots(st: _Stages) -> tuple[Path, ...]:
+    """Static roots of the kernel stack named in config (kernel-sources): public wheels' Python
+    sources (pip pins, downloaded once and cached like upstream) or directories, read only when the
+    stack cannot be imported by the target interpreter (the facts then say "static")."""
+    if not st.config.kernel_sources:
+        return ()
+    from metax_audit.upstream import resolve_upstream
+
+    roots: list[Path] = []
+    with st.run.stage("kernel-sources", st.progress, ", ".join(st.config.kernel_sources)) as notes:
+        for spec in st.config.kernel_sources:
+            if "==" in spec:
+                name = spec.split("==", 1)[0].strip()
+                info = resolve_upstream(spec, package=name.replace("-", "_").lower(), cache_dir=st.options.cache_dir)
+                if info.root is not None:
+                    roots.append(info.root)
+                notes.append(f"{spec}: {info.source}")
+            else:
+                path = Path(spec).expanduser()
+                if not path.is_dir():
+                    raise ConfigError(f"kernel-sources entry {spec!r} is neither NAME==VERSION nor a directory")
+                roots.append(path)
+                notes.append(f"{spec}: directory")
+    return tuple(roots)
 
 
 def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> SymbolTable:
@@ -463,12 +490,14 @@ def _introspect(
     cache: bool | introspect_mod.CachePlan = False
     if not options.extra_path:
         cache = introspect_mod.plan_cache(targets, python=options.python, extra_path=options.extra_path,
-                                          static_roots=options.static_roots, never_import=never_import)
+                                          static_roots=options.static_roots, never_import=never_import,
+                                          op_namespaces=config.op_namespaces)
 
     def work() -> StackFacts:
         return introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
                                          extra_path=options.extra_path, static_roots=options.static_roots,
-                                         never_import=never_import, cache=cache, prestarted=prestarted)
+                                         never_import=never_import, cache=cache, prestarted=prestarted,
+                                         op_namespaces=config.op_namespaces)
 
     return background.thread("introspect", work, _introspect_notes, started)
 

@@ -139,3 +139,41 @@ def test_strings_that_are_not_class_paths_and_unknown_values_are_ignored() -> No
 
 def test_similarly_named_function_is_not_a_selector() -> None:
     assert _sel('def get_attn_backend_cls_old():\n    return "p.a.ABackend"\n') == []
+
+
+def test_review_of_the_fixture_port_by_configuration_alone(tmp_path: Path) -> None:
+    """The whole review of a string-return port: every selectable backend traced with its condition to
+    its kernel calls, counterparts by registration and role, kernel signatures from static schemas."""
+    import json
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from metax_audit.cli import app
+
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE / "port", repo)
+    config = (FIXTURE / "metax-audit.yaml").read_text(encoding="utf-8")
+    (repo / ".metax-audit.yaml").write_text(config + f"kernel-sources: [{str(FIXTURE / 'stack')!r}]\n", encoding="utf-8")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["review", "--staged", "--repo", str(repo), "--upstream", str(FIXTURE / "upstream"),
+                                 "--format", "json", "--output-dir", str(out), "--fail-on", "never"])
+    assert r.exit_code == 0, r.output
+    data = json.loads((out / "report.json").read_text())
+    backends = {b["class_path"].rsplit(".", 1)[1]: b for b in data["backends"]}
+    assert set(backends) == {"NpuFlashAttentionBackend", "NpuTritonBackend", "NpuSparseMLABackend", "NpuMLABackend",
+                             "NpuAttentionBackendB", "NpuAttentionBackend", "NpuTreeBackend"}
+    assert all(b["active"] for n, b in backends.items() if n != "NpuTreeBackend")
+    assert backends["NpuFlashAttentionBackend"]["condition"].endswith("selected_backend == AttentionBackendEnum.FLASH_ATTN")
+    assert "condition" not in backends["NpuTreeBackend"]  # a register_backend call: no selector condition
+    kernels = {h["resolved"] for h in backends["NpuAttentionBackend"]["chain"] if h["role"] == "kernel"}
+    assert {"npu_kernels.fused_attention", "torch.ops.npu_ops.reshape_and_cache"} <= kernels
+    assert "npu_kernels.mla_decode" in {h["resolved"] for h in backends["NpuMLABackend"]["chain"] if h["role"] == "kernel"}
+    files = {f["path"]: f["upstream_path"] for f in data["files"]}
+    assert files["vllm_npu/attention/device_a/flash_attn.py"] == "vllm/v1/attention/backends/flash_attn.py"
+    assert files["vllm_npu/attention/mla_v1.py"] == "vllm/v1/attention/backend.py"
+    rules = {(f["rule"], f["severity"]) for f in data["findings"]}
+    assert ("MXA207", "warning") in rules and ("MXA017", "info") in rules
+    assert not [f for f in data["findings"] if f["severity"] == "error"], [f["message"] for f in data["findings"] if f["severity"] == "error"]
