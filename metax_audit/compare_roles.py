@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -19,7 +18,9 @@ R_OVERRIDE = rule(
     "override does not accept what the upstream method it overrides accepts",
     "vLLM calls this method through the upstream base class's interface. The override drops a parameter "
     "the base method takes (a call passing it raises TypeError) or adds a required one (calls through the "
-    "base do not pass it). When the port's own code is the only caller, waive it with that reason.",
+    "base do not pass it). An error when the dropped parameter is required by the base and an upstream call "
+    "site passes it (TypeError whenever that call runs). When the port's own code is the only caller, waive "
+    "it with that reason.",
 ).id
 R_ABSTRACT = rule(
     "MXA208", Category.SIGNATURE, Severity.WARNING,
@@ -174,7 +175,7 @@ def compare_roles(
 
 
 def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass], old_mro: list[UpClass],
-               versions: str, callers: Callable[[str, list[str]], list[str]]) -> Iterator[tuple[tuple[Difference, str] | None, Finding | None]]:
+               versions: str, callers: Callable[[str, list[str], int, bool], list[str]]) -> Iterator[tuple[tuple[Difference, str] | None, Finding | None]]:
     for name, fn in _methods(cls).items():
         found = _lookup(mro, name)
         if found is None or not _interface_method(name, found[1]) or _only_raises(fn):
@@ -185,12 +186,16 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
         problem = incompatibility(up, fn)
         if problem is not None:
             dropped = [n for n in _params(up).names if n not in _params(fn).names]
+            seen = callers(name, dropped, len(_params(fn).positional), _params(fn).varargs)
+            # A required parameter every call through the base passes, and an upstream call that does:
+            # TypeError whenever that call runs.
+            sev = Severity.ERROR if seen and set(dropped) & _params(up).required else None
             yield None, make_finding(
                 R_OVERRIDE, Location(port_path, fn.lineno, qual),
                 f"{qual} overrides {owner.node.name}.{name} but {problem}",
                 (f"port {port_path}:{fn.lineno} {_sig(fn)}", where,
-                 f"{cls.name} takes the role of upstream {pair.upstream_class} ({pair.relation})",
-                 *callers(name, dropped)))
+                 f"{cls.name} takes the role of upstream {pair.upstream_class} ({pair.relation})", *seen),
+                severity=sev)
         old = _lookup(old_mro, name) if old_mro else None
         if old is not None and ast.dump(old[1].args) != ast.dump(up.args) and problem is not None \
                 and incompatibility(old[1], fn) is None:
@@ -202,12 +207,13 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
                 upstream_line=up.lineno), owner.path), None
 
 
-def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str, list[str]], list[str]]:
-    """Upstream call sites `.method(... name=...)` that pass one of the dropped keywords (evidence that
-    a caller through the base passes it); the upstream tree is scanned as text once per run."""
+def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str, list[str], int, bool], list[str]]:
+    """Upstream call sites `.method(...)` that pass a dropped parameter by keyword, or more positional
+    arguments than the override takes (evidence that a caller through the base passes it). Files are
+    read once per run and parsed only when they spell `.method(`."""
     texts: list[tuple[str, str]] = []
 
-    def find(method: str, names: list[str]) -> list[str]:
+    def find(method: str, names: list[str], positional: int, varargs: bool) -> list[str]:
         if not names:
             return []
         if not texts:
@@ -217,17 +223,26 @@ def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str
                     texts.append((path.relative_to(upstream.root).as_posix(), path.read_text(encoding="utf-8")))
                 except (OSError, UnicodeDecodeError):
                     continue
-        pattern = re.compile(r"\." + re.escape(method) + r"\(")
-        keyword = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\s*=(?!=)")
-        out: list[str] = []
+        needle = f".{method}("
+        out: list[tuple[int, str]] = []
         for rel, text in texts:
-            for m in pattern.finditer(text):
-                window = text[m.end(): m.end() + 400].split("\n\n", 1)[0]
-                if (k := keyword.search(window)) is not None:
-                    out.append(f"upstream caller {rel}:{text.count(chr(10), 0, m.start()) + 1} passes {k.group(1)}=")
-                    if len(out) >= limit:
-                        return out
-        return out
+            if needle not in text:
+                continue
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError):
+                continue
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method):
+                    continue
+                passed = [k.arg for k in node.keywords if k.arg in names]
+                many = not varargs and not any(isinstance(a, ast.Starred) for a in node.args) and len(node.args) > positional
+                if passed:
+                    out.append((0, f"upstream caller {rel}:{node.lineno} passes {passed[0]}="))
+                elif many:
+                    out.append((1, f"upstream caller {rel}:{node.lineno} passes {len(node.args)} positional arguments"))
+        # keyword callers name the parameter itself: they come first
+        return [text for _, text in sorted(out, key=lambda item: item[0])[:limit]]
 
     return find
 

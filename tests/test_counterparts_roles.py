@@ -126,3 +126,15 @@ def test_config_class_map_names_the_role_of_a_class_that_neither_copies_nor_subc
     assert any(f.rule == "MXA207" and f.location.symbol == "NpuStandaloneBuilder.build" for f in findings)
     files, _ = _review(port, up)
     assert files["vllm_npu/attention/standalone.py"].vendor_only
+
+
+def test_required_parameter_dropped_and_passed_by_an_upstream_caller_is_an_error(trees: tuple[Path, Path]) -> None:
+    port, up = trees
+    (up / "vllm/v1/engine.py").write_text("def run(builder, md):\n    return builder.build(0, md, False)\n")
+    mla = port / "vllm_npu/attention/mla_v1.py"
+    mla.write_text(mla.read_text().replace("def build(self, common_prefix_len, common_attn_metadata):",
+                                           "def build(self, common_attn_metadata):"))
+    _, findings = _review(port, up)
+    build = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuMLAMetadataBuilder.build")
+    assert build.severity.value == "error"
+    assert "upstream caller vllm/v1/engine.py:2 passes 3 positional arguments" in build.evidence
