@@ -177,3 +177,15 @@ def test_review_of_the_fixture_port_by_configuration_alone(tmp_path: Path) -> No
     rules = {(f["rule"], f["severity"]) for f in data["findings"]}
     assert ("MXA207", "warning") in rules and ("MXA017", "info") in rules
     assert not [f for f in data["findings"] if f["severity"] == "error"], [f["message"] for f in data["findings"] if f["severity"] == "error"]
+
+
+def test_documented_vllm_ascend_configuration_loads() -> None:
+    from metax_audit.config import load_config
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "ports"
+    cfg = load_config(Path("."), docs / "vllm-ascend.yaml")
+    assert cfg.port_package == "vllm_ascend" and cfg.op_namespaces["npu"] == "torch_npu"
+    text = (docs / "vllm-ascend.md").read_text(encoding="utf-8")
+    for line in (docs / "vllm-ascend.yaml").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            assert line.split("#")[0].rstrip() in text  # the page shows the same file
