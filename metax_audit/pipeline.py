@@ -381,12 +381,14 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
     with st.run.stage("checks", st.progress) as notes:
         from metax_audit.checks import checks_for_review
         from metax_audit.checks.imports import absorb_consequences
+        from metax_audit.checks.inactive_path import check_inactive_paths
 
         up_calls = _upstream_calls(comparison, upstream, st.config)
         facts = collect_facts()
         found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, symbols=symbols))
         st.run.findings = absorb_consequences([*st.run.findings, *found])
         notes.append(f"{len(found)} findings")
+        st.run.findings += check_inactive_paths(discovery, comparison, trace)  # counted with the report's files
     return facts
 
 

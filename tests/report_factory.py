@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from metax_audit.checks.inactive_path import check_inactive_paths
 from metax_audit.findings import make_finding
 from metax_audit.inventory import build_report
 from metax_audit.models import (
@@ -196,6 +197,8 @@ def inputs(**overrides: Any) -> dict[str, Any]:
         generated_at="2026-11-30T05:00:00+00:00",
     )
     data.update(overrides)
+    if data["discovery"] is not None:  # the inactive-path check runs in the pipeline's checks stage
+        data["findings"] = [*data["findings"], *check_inactive_paths(data["discovery"], data["comparison"], data["trace"])]
     return data
 
 

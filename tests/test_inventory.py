@@ -258,7 +258,7 @@ def test_inactive_path_only_for_unconditional_switches(condition, expected):
     ],
 )
 def test_feature_words_match_whole_words(text, target, expected):
-    from metax_audit.inventory import _feature_words, _mentions
+    from metax_audit.checks.inactive_path import _feature_words, _mentions
 
     assert _mentions(text, _feature_words(ConfigSwitch(target, "True", "", Location("p.py", 1)))) is expected
 
@@ -286,7 +286,7 @@ def test_removed_items_are_not_retained_adaptations():
     ],
 )
 def test_calls_behind_the_feature(branch, expected):
-    from metax_audit.inventory import _behind
+    from metax_audit.checks.inactive_path import _behind
 
     assert _behind(branch, ("cascade",)) is expected
 

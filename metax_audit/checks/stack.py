@@ -9,7 +9,7 @@ from pathlib import Path
 from metax_audit.models import CallableFact, CallSite, StackFacts, TraceResult
 from metax_audit.pysource import file_stamp, parse_file
 
-__all__ = ["build_note", "call_text", "checked_calls", "installed_calls", "installed_text", "parse_file", "source_line", "usable"]
+__all__ = ["build_note", "call_text", "calls_by_path", "checked_calls", "installed_calls", "installed_text", "parse_file", "source_line", "usable"]
 
 
 def usable(fact: CallableFact | None) -> bool:
@@ -80,3 +80,16 @@ def installed_calls(root: Path, trace: TraceResult, facts: StackFacts, prefix: s
         out.append((call_text(root, call), installed))
     return out
 
+
+def calls_by_path(trace: TraceResult | None) -> dict[str, list[CallSite]]:
+    """Every call site once (same place, callee and target), grouped by repo-relative path."""
+    out: dict[str, list[CallSite]] = {}
+    if trace is None:
+        return out
+    seen = set()
+    for c in (*trace.calls, *(c for b in trace.backends for c in b.calls)):
+        key = (c.location, c.callee_text, c.resolved)
+        if key not in seen:
+            seen.add(key)
+            out.setdefault(c.location.path, []).append(c)
+    return out
