@@ -333,6 +333,26 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class ProbeRequest:
+    """A probe run a stage asks for (a contract's confirmation of a verdict): built once, run as is
+    by the probe stage, and rendered as a `metax-audit probe` command only for display."""
+
+    target: str  # "flashinfer:BatchDecodeWithPagedKVCacheWrapper" or "MOD:CALLABLE"
+    family: str  # the kernel family (calling convention) of the target
+    probes: tuple[str, ...] = ()  # the probes to run; empty: every probe that applies to the family
+    options: tuple[tuple[str, str], ...] = ()  # k=v passed to the probe (probes --option)
+
+    @property
+    def command(self) -> str:
+        words = f"metax-audit probe --target {self.target} --family {self.family}"
+        if self.probes:
+            words += f" --probes {','.join(self.probes)}"
+        if self.options:
+            words += "  # options: " + " ".join(f"{k}={v}" for k, v in self.options)
+        return words
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     probe: str  # "lse" | "layout" | ...
     family: str  # "paged-decode" | "merge-states" | ...

@@ -34,8 +34,8 @@ from metax_audit.progress import Progress, QuietProgress
 
 if TYPE_CHECKING:
     from metax_audit import introspect as introspect_mod
-    from metax_audit.checks.dataflow import LseFlow
     from metax_audit.contracts import Contracts
+    from metax_audit.dataflow import LseFlow
     from metax_audit.trace.symbols import SymbolTable
 
 T = TypeVar("T")
@@ -451,9 +451,10 @@ def _probe_suggester(contracts: Contracts | None) -> Callable[[str], str | None]
 
 
 def _flow_dict(flow: LseFlow) -> dict:
+    """A flow as the report's JSON holds it; a probe request as the command that reruns it."""
     import dataclasses
 
-    return dataclasses.asdict(flow)
+    return {**dataclasses.asdict(flow), "probes": [p.command for p in flow.probes]}
 
 
 def _installed_upstream_available(config: AuditConfig) -> bool:
@@ -517,7 +518,7 @@ def _introspect_notes(facts: StackFacts) -> list[str]:
 
 def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | None) -> tuple[list, list[Finding], list]:
     """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
-    from metax_audit.checks.dataflow import check_dataflow
+    from metax_audit.checks.lse import check_dataflow
 
     if contracts is None:
         return [], [], []
@@ -543,7 +544,7 @@ def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None
     return trace_backends(up_discovery, up_config, None).calls
 
 
-def _probes_for(trace: TraceResult, flows: Sequence[object], options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
+def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
     """The probes of every traced kernel with a built-in adapter, plus the probe each LSE flow
     names to confirm its verdict; each (target, family, probe) runs once."""
     from metax_audit.probing import run_probes, targets_from_trace
@@ -552,35 +553,18 @@ def _probes_for(trace: TraceResult, flows: Sequence[object], options: ReviewOpti
     for chain in trace.backends:
         for target, family in targets_from_trace(chain):
             plan.setdefault((target, family), set())  # empty: every probe that applies
-    for flow in flows:
-        for command in getattr(flow, "probes", ()):
-            parsed = parse_probe_command(command)
-            if parsed is not None:
-                target, family, probes = parsed
-                if (target, family) not in plan:
-                    plan[(target, family)] = set(probes)
-                elif plan[(target, family)]:  # an empty set already means every probe
-                    plan[(target, family)].update(probes)
+    for request in (r for flow in flows for r in flow.probes):
+        key = (request.target, request.family)
+        if key not in plan:
+            plan[key] = set(request.probes)
+        elif plan[key]:  # an empty set already means every probe
+            plan[key].update(request.probes)
     results: list[ProbeResult] = []
     for (target, family), probes in sorted(plan.items()):
         results += run_probes(target=target, family=family, probes=tuple(sorted(probes)), python=options.python,
                               extra_path=options.extra_path)
     notes.append(f"{len(results)} probe results over {len(plan)} targets")
     return results
-
-
-def parse_probe_command(command: str) -> tuple[str, str, tuple[str, ...]] | None:
-    """`metax-audit probe --target T --family F --probes a,b` -> (T, F, (a, b)); None otherwise."""
-    import shlex
-
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    opts = {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i].startswith("--")}
-    if "--target" not in opts or "--family" not in opts:
-        return None
-    return opts["--target"], opts["--family"], tuple(p for p in opts.get("--probes", "").split(",") if p)
 
 
 def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> dict:

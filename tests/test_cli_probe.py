@@ -28,14 +28,14 @@ def test_reference_passes_and_wrong_lse_base_is_caught(tmp_path: Path) -> None:
     assert (tmp_path / "bad" / "environment.json").is_file()
 
 
-def test_probe_commands_named_by_findings_parse() -> None:
-    from metax_audit.pipeline import parse_probe_command
+def test_probe_requests_render_the_command_that_reruns_them() -> None:
+    from metax_audit.models import ProbeRequest
 
-    assert parse_probe_command(
-        "metax-audit probe --target flashinfer:BatchPrefillWithPagedKVCacheWrapper --family paged-prefill --probes lse,dcp"
-    ) == ("flashinfer:BatchPrefillWithPagedKVCacheWrapper", "paged-prefill", ("lse", "dcp"))
-    assert parse_probe_command("metax-audit probe --backend flashinfer") is None
-    assert parse_probe_command("metax-audit probe --target 'unterminated") is None
+    request = ProbeRequest("flashinfer:BatchPrefillWithPagedKVCacheWrapper", "paged-prefill", ("lse", "dcp"))
+    assert request.command == (
+        "metax-audit probe --target flashinfer:BatchPrefillWithPagedKVCacheWrapper --family paged-prefill --probes lse,dcp")
+    assert ProbeRequest("m:f", "merge-states").command == "metax-audit probe --target m:f --family merge-states"
+    assert ProbeRequest("m:f", "merge-states", ("dcp",), (("merge", "base2"),)).command.endswith("  # options: merge=base2")
 
 
 def test_review_with_probe_runs_the_probes_the_flows_name(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.dataflow import check_dataflow
+from metax_audit.checks.lse import check_dataflow
 from metax_audit.contracts import Contracts, parse_contracts
 from metax_audit.models import Category
 
@@ -382,3 +382,26 @@ convention:
     assert got == [("run", "mismatch"), ("triton_decode", "match")]
     assert all(f.producer.via in ("import", "constructor") for f in flows)
     assert unresolved == [] and [f.rule for f in findings] == ["MXA510"]
+
+
+def test_an_expression_too_deep_to_walk_is_coverage_not_a_crash(tmp_path, contracts):
+    """A 500-term `'a' + 'a' + ...` would exhaust Python's stack in a recursive walk: the statement
+    is recorded as not analysed (MXA002, coverage) and the walk goes on to find the real flow."""
+    deep = " + ".join(["'a'"] * 500)
+    flows, findings, unresolved = _run(tmp_path, contracts, f"""
+    class Impl:
+        def __init__(self):
+            self._wrapper = PagedWrapper(None, "NHD")
+
+        def forward(self, q, kv, out, o2, lse2):
+            o1, lse1 = self._wrapper.run(q, kv, return_lse=True)
+            banner = {deep}
+            merge_attn_states(out, o1, lse1, o2, lse2)
+    """)
+    src = (tmp_path / "port/backend.py").read_text().splitlines()
+    deep_line = next(i for i, t in enumerate(src, 1) if "banner =" in t)
+    assert [f.verdict for f in flows if f.consumer.arg == "prefix_lse"] == ["mismatch"]
+    (coverage,) = [f for f in findings if f.category is Category.COVERAGE]
+    assert coverage.rule == "MXA002" and coverage.severity.value == "info"
+    assert f"expression too deep to analyse at port/backend.py:{deep_line}" in coverage.message
+    assert any(u.location.line == deep_line and "too deep" in u.reason for u in unresolved)

@@ -68,7 +68,8 @@ def test_probe_registry_has_no_broken_module() -> None:
 
 
 # The stages in data-flow order (DESIGN.md); a module of one stage never imports a later one.
-STAGES = ("snapshot", "discover", "upstream", "trace", "introspect", "compare", "checks", "dataflow", "probing",
+# The dataflow stage records facts that checks/lse.py and checks/scales.py judge, so it comes first.
+STAGES = ("snapshot", "discover", "upstream", "trace", "introspect", "compare", "dataflow", "checks", "probing",
           "inventory", "report")
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from metax_audit.models import CallableFact, CallSite, StackFacts, TraceResult
 from metax_audit.pysource import file_stamp, parse_file
 
-__all__ = ["build_note", "call_text", "calls_by_path", "checked_calls", "installed_calls", "installed_text", "parse_file", "source_line", "usable"]
+__all__ = ["build_note", "call_text", "calls_by_path", "checked_calls", "installed_calls", "installed_text", "parse_file", "short_callee", "source_line",
+           "usable"]
 
 
 def usable(fact: CallableFact | None) -> bool:
@@ -93,3 +94,9 @@ def calls_by_path(trace: TraceResult | None) -> dict[str, list[CallSite]]:
             seen.add(key)
             out.setdefault(c.location.path, []).append(c)
     return out
+
+
+def short_callee(callee: str) -> str:
+    """`pkg.mod.Wrapper.run` -> `Wrapper.run`; `pkg.mod.func` -> `func`."""
+    parts = callee.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 1 and parts[-2][:1].isupper() else parts[-1]
