@@ -129,6 +129,7 @@ def review(
     baseline: Annotated[str | None, typer.Option("--baseline", help="Compare with this revision: each finding new, changed, unchanged or fixed (--staged/--worktree default: HEAD).")] = None,
     merge_base: Annotated[str | None, typer.Option("--merge-base", help="Compare with the merge base of the reviewed commit and this branch.")] = None,
     no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Do not compare with a baseline.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute everything: do not read or write the result cache.")] = False,
     new_only: Annotated[bool, typer.Option("--new-only", help="--fail-on counts only findings new or changed against the baseline (pre-commit, pull requests).")] = False,
 ) -> None:
     """Snapshot the port, trace, introspect, compare and check it, and write the reports."""
@@ -141,7 +142,7 @@ def review(
     options = ReviewOptions(
         mode=mode, repo=repo, rev=rev, paths=tuple(paths or ()), upstream=upstream, base=base, stack=stack,
         python=python, config_file=config, waivers=waivers, test_command=test, run_probes=probe,
-        baseline=baseline, merge_base=merge_base, no_baseline=no_baseline,
+        baseline=baseline, merge_base=merge_base, no_baseline=no_baseline, no_cache=no_cache,
     )
     if sum(map(bool, (baseline, merge_base, no_baseline))) > 1:
         raise _fail("choose one of --baseline, --merge-base, --no-baseline")

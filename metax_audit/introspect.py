@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -392,6 +393,14 @@ def stack_seen(*, python: str | None = None, extra_path: Sequence[Path] = ()) ->
     prestart a worker: a wrong answer costs time, never facts (the cache entry decides)."""
     marker = _marker(python or sys.executable, extra_path)
     return marker is not None and marker.is_file()
+
+
+@functools.cache
+def stack_identity(python: str | None, extra_path: tuple[Path, ...] = ()) -> str | None:
+    """The kernel stack as `python` sees it now (interpreter, distributions, extra path): the key
+    part of the stack_seen marker, for result caches; None when it cannot be taken."""
+    keys = _cache_keys(python or sys.executable, [], extra_path, [], [])
+    return keys[1] if keys else None
 
 
 def _marker(interpreter: str, extra_path: Sequence[Path]) -> Path | None:

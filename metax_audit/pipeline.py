@@ -63,6 +63,7 @@ class ReviewOptions:
     baseline: str | None = None  # compare with this revision (staged/worktree default: HEAD)
     merge_base: str | None = None  # compare with the merge base of the reviewed commit and this branch
     no_baseline: bool = False
+    no_cache: bool = False  # recompute everything (the result cache is neither read nor written)
 
 
 @dataclass
@@ -162,11 +163,64 @@ def _audit_snapshot(
     snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
 ) -> tuple[AuditReport, str | None]:
     config = load_config(snap.root, options.config_file)
+    entry = _result_key(snap, config, options, progress)
+    cached = _served_from_cache(entry, snap, run, started)
+    if cached is not None:
+        return _waived(cached, snap, config, options, generate_waivers)
     background = _Background(run, _prestart_introspection(config, options))
     try:
-        return _audit_stages(_Stages(snap, config, options, run, progress), background, started, generate_waivers)
+        report = _audit_stages(_Stages(snap, config, options, run, progress), background, started)
     finally:
         background.close()
+    if entry is not None:
+        from metax_audit import resultcache
+
+        resultcache.store("review", entry, (str(snap.root), report))
+    return _waived(report, snap, config, options, generate_waivers)
+
+
+def _result_key(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, progress: Progress) -> str | None:
+    """The result-cache key of this review (resultcache.py), None when it must run afresh (--test,
+    --probe: their results depend on more than the sources)."""
+    from metax_audit import resultcache
+    from metax_audit.introspect import stack_identity
+    from metax_audit.upstream import resolve_upstream
+
+    if options.test_command or options.run_probes or options.no_cache:
+        return None
+    spec = options.upstream or (config.upstream_package if _installed_upstream_available(config) else None)
+    if spec is not None:
+        progress.stage("upstream", spec)  # resolved once here (a first download happens now), then instant
+    upstream = resolve_upstream(spec, package=config.upstream_package, cache_dir=options.cache_dir) if spec else None
+    base = (resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
+            if spec and options.base else None)
+    if options.stack is not None:
+        stack = f"manifest:{resultcache.file_digest(options.stack)}"
+    else:
+        stack = stack_identity(options.python, tuple(options.extra_path))
+        if stack is None:
+            return None
+    return resultcache.key("review", resultcache.tree_digest(snap.root), resultcache.upstream_identity(upstream),
+                           resultcache.upstream_identity(base),
+                           resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack))
+
+
+def _served_from_cache(entry: str | None, snap: SnapshotInfo, run: _Run, started: float) -> AuditReport | None:
+    """The cached review of identical inputs, as a report of this snapshot."""
+    from metax_audit import resultcache
+
+    hit = resultcache.load("review", entry) if entry is not None else None
+    if not (isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
+        return None
+    old_root, report = hit
+    if old_root != str(snap.root):
+        report = resultcache.rebase(report, old_root, str(snap.root))
+    stages = (*run.stages, StageRecord("result-cache", True, round(time.perf_counter() - started, 3),
+                                       "served whole from the result cache: same sources, upstream, stack and tool"),
+              *(replace(s, seconds=0.0, note=f"cached: {s.note}" if s.note else "cached")
+                for s in report.stages if s.name != "snapshot"))
+    return replace(report, snapshot=snap, stages=stages, wall_seconds=round(time.perf_counter() - started, 2),
+                   generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
 
 def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:
@@ -234,8 +288,7 @@ class _Background:
             close()
 
 
-def _audit_stages(st: _Stages, background: _Background, started: float, generate_waivers: bool,
-                  ) -> tuple[AuditReport, str | None]:
+def _audit_stages(st: _Stages, background: _Background, started: float) -> AuditReport:
     discovery = _discover_stage(st)
     upstream, base = _upstream_stage(st)
     symbols = _symbols(st, upstream, base)
@@ -262,16 +315,19 @@ def _audit_stages(st: _Stages, background: _Background, started: float, generate
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         suggest_probe=_probe_suggester(contracts),
     )
-    report = replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
-    # Waivers see the inventory's findings (deduplicated, fingerprinted, inactive-path included).
+    return replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
+
+
+def _waived(report: AuditReport, snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions,
+            generate_waivers: bool) -> tuple[AuditReport, str | None]:
+    """Waivers see the inventory's findings (deduplicated, fingerprinted, inactive-path included)."""
     from metax_audit.waivers import apply_waivers
     from metax_audit.waivers import generate_waivers as gen_waivers
 
-    waivers_path = st.options.waivers or (st.snap.root / st.config.waivers if st.config.waivers else None)
-    findings, waiver_summary = apply_waivers(report.findings, waivers_path, st.options.today)
+    waivers_path = options.waivers or (snap.root / config.waivers if config.waivers else None)
+    findings, waiver_summary = apply_waivers(report.findings, waivers_path, options.today)
     report = replace(report, findings=tuple(findings), waivers=waiver_summary)
-    waivers_text = gen_waivers(findings) if generate_waivers else None
-    return report, waivers_text
+    return report, (gen_waivers(findings) if generate_waivers else None)
 
 
 def _discover_stage(st: _Stages) -> Discovery:

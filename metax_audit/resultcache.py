@@ -1,0 +1,170 @@
+# Review results kept on disk and served again when nothing they depend on changed: the whole
+# review of a snapshot, and per file the compare stage's result; under <cache>/results.
+"""Keys are sha256 over everything the result depends on:
+
+- the tool: metax-audit's own source files and contracts (size and mtime of each; a changed
+  checkout is a different tool even under one version string) and `__version__`;
+- the upstream and base releases (their source; a directory by the stat of its .py files);
+- the kernel stack (introspect.stack_identity: the interpreter and its distributions, or the
+  manifest's bytes, or the stat of every --extra-path file);
+- the options that change findings (scope PATHS, config file, static roots);
+- the content: for a whole review every exported file's bytes, for a file its bytes and those of
+  the upstream/base counterparts it is compared with (compare.py decides which).
+
+The baseline review of `review --staged` (HEAD) is normally served whole: the staged snapshot that
+became HEAD was reviewed by the last pre-commit run. A one-file change recomputes the compare
+stage for that file only. Waivers, baselines and probes are applied after the cache (their inputs
+are not in the key); a review with `--test` or `--probe` is never cached. A cache that cannot be
+read or written is skipped silently: it only ever costs time."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from metax_audit.models import UpstreamInfo
+
+CACHE_SCHEMA = "metax-audit/result-cache/v1"
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def results_dir() -> Path:
+    from metax_audit.cachedir import cache_root
+
+    return cache_root() / "results"
+
+
+@functools.cache
+def tool_identity() -> str:
+    """metax-audit as it runs now: version plus the stat of each of its source files."""
+    from metax_audit import __version__
+
+    h = hashlib.sha256(f"{CACHE_SCHEMA}|{__version__}".encode())
+    for dirpath, dirnames, filenames in os.walk(_PACKAGE):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith((".py", ".md", ".json")):
+                path = os.path.join(dirpath, name)
+                with contextlib.suppress(OSError):
+                    st = os.stat(path)  # follows the contracts link to the top-level file
+                    h.update(f"{os.path.relpath(path, _PACKAGE)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def upstream_identity(info: UpstreamInfo | None) -> str:
+    if info is None:
+        return "none"
+    if info.source.startswith("pip:"):  # an extracted release in the cache never changes
+        return f"{info.source}|{info.version}"
+    return f"{info.source}|{info.version}|{_stat_digest(info.root) if info.root else ''}"
+
+
+@functools.cache
+def _stat_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(dirpath, name))
+                    h.update(f"{dirpath}/{name}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file's repo-relative path and bytes (the snapshot export is small)."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                h.update(f"{os.path.relpath(path, root)}|->{os.readlink(path)}\n".encode())
+                continue
+            with contextlib.suppress(OSError), open(path, "rb") as fh:
+                h.update(f"{os.path.relpath(path, root)}|".encode())
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()
+
+
+def file_digest(path: Path | None) -> str:
+    if path is None:
+        return "none"
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps([CACHE_SCHEMA, tool_identity(), *parts], sort_keys=True, default=str).encode()).hexdigest()[:40]
+
+
+def load(kind: str, entry: str) -> Any | None:
+    path = results_dir() / kind / f"{entry}.pickle"
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)  # our own cache under the user's cache dir, written by store() below
+    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+        return None
+
+
+def store(kind: str, entry: str, value: Any) -> None:
+    """Write atomically (a temp file renamed into place); failure to write is not an error."""
+    folder = results_dir() / kind
+    with contextlib.suppress(OSError, pickle.PickleError, TypeError, AttributeError):
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, folder / f"{entry}.pickle")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def options_identity(paths: Sequence[str], config_file: Path | None, static_roots: Sequence[Path],
+                     stack: str) -> list[Any]:
+    return [sorted(paths), file_digest(config_file) if config_file else None, [str(r) for r in static_roots], stack]
+
+
+def rebase(value: Any, old: str, new: str) -> Any:
+    """`value` with the temp path of the snapshot it was computed on replaced by this one's
+    (reports scrub the current snapshot path; a cached one must not leak). Frozen dataclasses are
+    rebuilt only where a string changed."""
+    import dataclasses
+
+    if isinstance(value, str):
+        return value.replace(old, new) if old in value else value
+    if isinstance(value, Path):
+        text = str(value)
+        return Path(text.replace(old, new)) if old in text else value
+    if isinstance(value, tuple | list):
+        items = [rebase(v, old, new) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items) if isinstance(value, list) or type(value) is tuple else type(value)(*items)
+    if isinstance(value, dict):
+        out = {rebase(k, old, new): rebase(v, old, new) for k, v in value.items()}
+        return value if all(a is b for a, b in zip(out.values(), value.values(), strict=True)) and list(out) == list(value) else out
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            cur = getattr(value, f.name)
+            nxt = rebase(cur, old, new)
+            if nxt is not cur:
+                changes[f.name] = nxt
+        return dataclasses.replace(value, **changes) if changes else value
+    return value

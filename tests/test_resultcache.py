@@ -1,0 +1,61 @@
+# The result cache: an identical review is served whole (same findings, a result-cache stage, no
+# temp path of the earlier snapshot); a changed file, another upstream or --no-cache recompute.
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from metax_audit.models import AuditReport
+
+
+def _review(repo: Path, **kw: object) -> AuditReport:
+    from metax_audit import demo as demo_mod
+    from metax_audit.pipeline import ReviewOptions, review
+
+    options = ReviewOptions(mode="rev", rev="HEAD", repo=repo, upstream=str(demo_mod.upstream_root()),
+                            extra_path=(demo_mod.stack_root(),))
+    return review(replace(options, **kw)).report  # type: ignore[arg-type]
+
+
+def _served(report: AuditReport) -> bool:
+    return any(s.name == "result-cache" for s in report.stages)
+
+
+@pytest.fixture
+def demo_repo(tmp_path: Path) -> Path:
+    from metax_audit import demo as demo_mod
+
+    return demo_mod.build_demo_repo(tmp_path / "port")
+
+
+def test_identical_review_is_served_from_the_cache(demo_repo: Path, audit_cache: Path) -> None:
+    first = _review(demo_repo)
+    assert not _served(first)
+    again = _review(demo_repo)
+    assert _served(again)
+    assert [(f.id, f.content, f.location) for f in again.findings] == [(f.id, f.content, f.location) for f in first.findings]
+    assert again.snapshot.root != first.snapshot.root
+    assert str(first.snapshot.root) not in repr(again)  # the earlier temp export never leaks
+    assert list((audit_cache / "results" / "review").glob("*.pickle"))
+    fresh = _review(demo_repo, no_cache=True)
+    assert not _served(fresh) and [f.id for f in fresh.findings] == [f.id for f in first.findings]
+
+
+def test_a_changed_file_or_upstream_is_recomputed(demo_repo: Path, tmp_path: Path, audit_cache: Path) -> None:
+    from metax_audit import demo as demo_mod
+
+    first = _review(demo_repo)
+    fi = demo_repo / "vllm_metax/v1/attention/backends/flashinfer.py"
+    fi.write_text(fi.read_text(encoding="utf-8").replace("fixed_split_size=None,", "fixed_split_sizes=None,"), encoding="utf-8")
+    subprocess.run(["git", "commit", "-qam", "rename a keyword"], cwd=demo_repo, check=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@e", "PATH": "/usr/bin:/bin"})
+    changed = _review(demo_repo)
+    assert not _served(changed)
+    assert {f.id for f in changed.findings} != {f.id for f in first.findings}
+    up = tmp_path / "upstream"
+    subprocess.run(["cp", "-a", str(demo_mod.upstream_root()), str(up)], check=True)
+    assert not _served(_review(demo_repo, upstream=str(up)))
