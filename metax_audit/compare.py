@@ -182,15 +182,18 @@ def compare(
     config: AuditConfig,
     upstream: UpstreamInfo | None,
     base: UpstreamInfo | None = None,
+    scope: frozenset[str] | None = None,
 ) -> tuple[Comparison, list[Finding]]:
-    """Compare each in-scope port file with its upstream counterpart; with `base`, three-way."""
+    """Compare each in-scope port file with its upstream counterpart; with `base`, three-way.
+    `scope` (dotted modules under review) defaults to discovery's files; the per-file result cache
+    compares a subset of the files against the whole review's scope."""
     findings: list[Finding] = []
     files: list[FileComparison] = []
     drift_all: list[Difference] = []
     up_root = upstream.root if upstream else None
     registry = read_registry(up_root, config.upstream_package)
     up_classes = UpstreamClasses(up_root, config.upstream_package) if up_root is not None else None
-    in_scope = frozenset(module_of(f.path) for f in discovery.files)
+    in_scope = scope if scope is not None else frozenset(module_of(f.path) for f in discovery.files)
     # Registrations discover found (decorators and platform calls), keyed by the file holding the class.
     by_file: dict[str, dict[str, str]] = {}
     for r in discovery.registrations:

@@ -422,11 +422,13 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
         st.run.skipped("compare", "no upstream sources")
         return None
     with st.run.stage("compare", st.progress) as notes:
-        from metax_audit.compare import compare
+        from metax_audit.resultcache import cached_compare
 
-        comparison, compare_findings = compare(discovery, st.config, upstream, base)
+        comparison, compare_findings, recomputed = cached_compare(discovery, st.config, upstream, base,
+                                                                  use_cache=not st.options.no_cache)
         st.run.findings += compare_findings
-        notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences")
+        notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences"
+                     + (f"; {recomputed} recomputed, the rest from the per-file cache" if recomputed < len(comparison.files) else ""))
     return comparison
 
 

@@ -28,9 +28,12 @@ import pickle
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metax_audit.models import UpstreamInfo
+from metax_audit.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
+
+if TYPE_CHECKING:
+    from metax_audit.config import AuditConfig
 
 CACHE_SCHEMA = "metax-audit/result-cache/v1"
 _PACKAGE = Path(__file__).resolve().parent
@@ -168,3 +171,57 @@ def rebase(value: Any, old: str, new: str) -> Any:
                 changes[f.name] = nxt
         return dataclasses.replace(value, **changes) if changes else value
     return value
+
+
+# ---------------------------------------------------------------- per-file compare results
+
+
+def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
+                   use_cache: bool = True) -> tuple[Comparison, list[Finding], int]:
+    """compare.compare, with each file's result kept under a key of its bytes, its registrations,
+    the scope, the config, the upstream and base releases and the tool: a one-file change compares
+    one file. Returns the comparison, its findings and how many files were compared now."""
+    from metax_audit.compare import compare, module_of
+
+    scope = frozenset(module_of(f.path) for f in discovery.files)
+    common = [sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base)]
+    regs: dict[str, list[str]] = {}
+    for r in discovery.registrations:
+        for path in {r.location.path, r.resolved_path or ""}:
+            regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
+    keys = {f.path: key("compare-file", f.path, file_digest(discovery.root / f.path), f.parse_error, sorted(regs.get(f.path, [])),
+                        common) for f in discovery.files} if use_cache else {}
+    hits: dict[str, Any] = {}
+    for path, entry in keys.items():
+        value = load("compare", entry)
+        if isinstance(value, tuple) and len(value) == 3:
+            hits[path] = value
+    missing = tuple(f for f in discovery.files if f.path not in hits)
+    fresh: dict[str, tuple[list[FileComparison], list[Difference], list[Finding]]] = {}
+    comparison = None
+    if missing or not discovery.files:
+        from dataclasses import replace
+
+        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope)
+        paths = {f.path for f in missing}
+        if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
+                or any(x.location.path not in paths for x in found):
+            # a result not tied to one file cannot be kept per file: compare everything, keep nothing
+            comparison, found = compare(discovery, config, upstream, base)
+            return comparison, found, len(discovery.files)
+        for f in missing:
+            fresh[f.path] = ([c for c in comparison.files if c.path == f.path], [d for d in comparison.drift if d.path == f.path],
+                             [x for x in found if x.location.path == f.path])
+        if use_cache:
+            for path, value in fresh.items():
+                store("compare", keys[path], value)
+    files: list[FileComparison] = []
+    drift: list[Difference] = []
+    findings: list[Finding] = []
+    for f in discovery.files:
+        part = hits.get(f.path) or fresh[f.path]
+        files += part[0]
+        drift += part[1]
+        findings += part[2]
+    unique = list({x.site: x for x in findings}.values())
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, len(missing)

@@ -59,3 +59,30 @@ def test_a_changed_file_or_upstream_is_recomputed(demo_repo: Path, tmp_path: Pat
     up = tmp_path / "upstream"
     subprocess.run(["cp", "-a", str(demo_mod.upstream_root()), str(up)], check=True)
     assert not _served(_review(demo_repo, upstream=str(up)))
+
+
+def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_file(demo_repo: Path,
+                                                                                   audit_cache: Path) -> None:
+    from metax_audit import demo as demo_mod
+    from metax_audit import discover, snapshot
+    from metax_audit.compare import compare
+    from metax_audit.config import load_config
+    from metax_audit.resultcache import cached_compare
+    from metax_audit.upstream import resolve_upstream
+
+    up = resolve_upstream(str(demo_mod.upstream_root()))
+
+    def both(mode: str) -> tuple[object, object, int, object, object]:
+        with snapshot.snapshot(mode, demo_repo, "HEAD" if mode == "rev" else None, package="vllm_metax") as snap:
+            config = load_config(snap.root)
+            found = discover.discover(snap.root, config)
+            plain = compare(found, config, up)
+            comparison, findings, recomputed = cached_compare(found, config, up)
+            return comparison, [(f.id, f.content) for f in findings], recomputed, plain[0], [(f.id, f.content) for f in plain[1]]
+
+    c, f, n, pc, pf = both("rev")
+    assert (c, f) == (pc, pf) and n > 1
+    c, f, n, pc, pf = both("rev")
+    assert (c, f) == (pc, pf) and n == 0  # all served
+    c, f, n, pc, pf = both("staged")  # the index differs from HEAD in flashinfer.py only
+    assert (c, f) == (pc, pf) and n == 1
