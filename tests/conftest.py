@@ -50,3 +50,11 @@ def audit_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "cache"
     monkeypatch.setenv("METAX_AUDIT_CACHE", str(cache))
     return cache
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets an empty METAX_AUDIT_CACHE unless it asks for `audit_cache`: the result cache
+    must never serve one test (or the user's last review) to another, and reviews with default
+    output directories must not write into the user's ~/.cache."""
+    monkeypatch.setenv("METAX_AUDIT_CACHE", str(tmp_path_factory.mktemp("cache")))
