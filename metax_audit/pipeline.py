@@ -512,7 +512,9 @@ def _flow_dict(flow: LseFlow) -> dict:
     """A flow as the report's JSON holds it; a probe request as the command that reruns it."""
     import dataclasses
 
-    return {**dataclasses.asdict(flow), "probes": [p.command for p in flow.probes]}
+    out = {**dataclasses.asdict(flow), "probes": [p.command for p in flow.probes]}
+    del out["mismatches"]  # the reasons say it in words; the report's flow keys stay as they were
+    return out
 
 
 def _installed_upstream_available(config: AuditConfig) -> bool:

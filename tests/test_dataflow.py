@@ -405,3 +405,20 @@ def test_an_expression_too_deep_to_walk_is_coverage_not_a_crash(tmp_path, contra
     assert coverage.rule == "MXA002" and coverage.severity.value == "info"
     assert f"expression too deep to analyse at port/backend.py:{deep_line}" in coverage.message
     assert any(u.location.line == deep_line and "too deep" in u.reason for u in unresolved)
+
+
+def test_a_layout_mismatch_with_an_unknown_base_is_a_layout_finding(tmp_path, contracts):
+    """The rule follows what the flow gets wrong (typed), not the words its reasons start with: an
+    unknown base (scaled by a runtime value) plus a transposed layout is MXA511, not MXA510."""
+    _, findings, _ = _run(tmp_path, contracts, """
+    class Impl:
+        def __init__(self):
+            self._wrapper = PagedWrapper(None, "NHD")
+
+        def forward(self, q, kv, out, o2, lse2, factor):
+            o1, lse1 = self._wrapper.run(q, kv, return_lse=True)
+            lse1 = lse1 * factor
+            merge_attn_states(out, o1, lse1, o2, lse2)
+    """)
+    (f,) = findings
+    assert f.rule == "MXA511" and any(e.startswith("base: value ?") for e in f.evidence)

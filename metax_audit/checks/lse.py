@@ -42,8 +42,7 @@ RULE_LAYOUT = rule(
 
 
 def flow_finding(flow: LseFlow) -> Finding:
-    base_bad = any(r.startswith("base:") for r in flow.reasons)
-    rule_id = RULE_BASE.id if base_bad else RULE_LAYOUT.id
+    rule_id = RULE_BASE.id if "base" in flow.mismatches else RULE_LAYOUT.id
     c, p = flow.consumer, flow.producer
     evidence = [
         f"producer {p.location}: {p.callee} returns LSE base {p.base}, {p.layout} (contract {p.convention})",

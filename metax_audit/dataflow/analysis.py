@@ -16,6 +16,7 @@ from metax_audit.dataflow.facts import (
     DataflowFacts,
     FlowEnd,
     LseFlow,
+    Mismatch,
     ScaleArgument,
     ScaleCall,
     Unpacking,
@@ -178,9 +179,11 @@ class Analysis:
         consumer = FlowEnd(cand.dotted, w.loc(call), base, conv.lse_layout, arg=pname, via=cand.via, convention=str(conv.location))
         reasons: list[str] = []
         verdict: Verdict = "match"
+        mismatches: list[Mismatch] = []
         if val.base in ("2", "e") and base in ("2", "e"):
             if val.base != base:
                 verdict = "mismatch"
+                mismatches.append("base")
                 reasons.append(f"base: the value is base {val.base}, {consumer.callee.rsplit('.', 1)[-1]} expects base {base}"
                                + (f" ({flag_note})" if flag_note else ""))
         else:
@@ -189,6 +192,7 @@ class Analysis:
         if val.layout in (TH, HT) and conv.lse_layout in (TH, HT):
             if val.layout != conv.lse_layout:
                 verdict = "mismatch"
+                mismatches.append("layout")
                 reasons.append(f"layout: the value is {val.layout}, the consumer reads {conv.lse_layout}")
         elif verdict == "match":
             verdict = "unknown"
@@ -199,7 +203,7 @@ class Analysis:
             probes.append(ProbeRequest(prod_conv.probe_target, prod_conv.probe_family, ("lse",)))
         if conv.probe_target and conv.probe_family:
             probes.append(ProbeRequest(conv.probe_target, conv.probe_family, ("dcp", "lse")))
-        flow = LseFlow(val.producer, consumer, tuple(steps), verdict, tuple(reasons), tuple(probes))
+        flow = LseFlow(val.producer, consumer, tuple(steps), verdict, tuple(reasons), tuple(probes), tuple(mismatches))
         key = (str(val.producer.location), f"{consumer.location}|{consumer.callee}", pname, arg_text)
         self.res.flows.setdefault(key, flow)
 

@@ -11,6 +11,7 @@ from metax_audit.models import Location, ProbeRequest, Unresolved
 TH = "[tokens, heads]"
 HT = "[heads, tokens]"
 Verdict = Literal["match", "mismatch", "unknown"]
+Mismatch = Literal["base", "layout"]  # what a mismatched flow gets wrong
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class LseFlow:
     verdict: Verdict
     reasons: tuple[str, ...] = ()
     probes: tuple[ProbeRequest, ...] = ()  # the probes that confirm the verdict at run time
+    mismatches: tuple[Mismatch, ...] = ()  # set when the verdict is mismatch
 
 
 @dataclass(frozen=True)
