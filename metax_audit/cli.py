@@ -189,7 +189,7 @@ def trace(
     fmt: Annotated[str, typer.Option("--format", help="text | json")] = "text",
 ) -> None:
     """Print the traced chain of one backend: registration -> builder -> impl -> wrapper -> kernel."""
-    from metax_audit.pipeline import trace_only
+    from metax_audit.commands import trace_only
 
     mode = _mode(staged, worktree, rev)
     with _Guard():
@@ -218,7 +218,7 @@ def probe(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per probe subprocess.")] = 300.0,
 ) -> None:
     """Run discriminating probes (lse, layout, fp8-scale, dcp, query-count, padding, graph-capture, h2o)."""
-    from metax_audit.pipeline import probe as run_probe
+    from metax_audit.commands import probe as run_probe
 
     if bool(backend) == bool(target):
         raise _fail("give exactly one of --backend NAME or --target MOD:CALLABLE (with --family)")
@@ -247,7 +247,7 @@ def evidence(
     upstream: UpstreamOpt = None,
 ) -> None:
     """Record device, driver, torch/Triton build, CUDA or MACA runtime and kernel package versions."""
-    from metax_audit.pipeline import evidence as run_evidence
+    from metax_audit.commands import evidence as run_evidence
 
     with _Guard():
         env, changes, manifest = run_evidence(python=python, save=save, capture_stack=capture_stack, repo=repo,
@@ -265,7 +265,7 @@ def contracts(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ) -> None:
     """List the component contracts and their versioned observations; --check re-verifies them."""
-    from metax_audit.pipeline import contracts as run_contracts
+    from metax_audit.commands import contracts as run_contracts
 
     with _Guard():
         contracts_obj, checks = run_contracts(path=file, check=check, python=python)

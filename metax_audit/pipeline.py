@@ -17,7 +17,6 @@ from metax_audit.errors import AuditError, ConfigError
 from metax_audit.forked import Forked
 from metax_audit.models import (
     AuditReport,
-    BackendChain,
     CallSite,
     Comparison,
     Discovery,
@@ -128,9 +127,9 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     if mode is None:
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
     run = _Run()
-    package = _port_package_hint(options.repo, mode, options.config_file)
+    package = port_package_hint(options.repo, mode, options.config_file)
     # The static stages read only the port package and its config; --test needs the whole tree.
-    only = () if options.test_command else _static_export(package)
+    only = () if options.test_command else static_export(package)
     with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
         if mode_note:
             snap = replace(snap, notes=(*snap.notes, mode_note))
@@ -141,7 +140,7 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     return ReviewResult(report, waivers_text)
 
 
-def _port_package_hint(repo: Path | None, mode: str, config_file: Path | None) -> str:
+def port_package_hint(repo: Path | None, mode: str, config_file: Path | None) -> str:
     """The port package to export, needed before the snapshot exists: --config, else the repo's own
     config as it is in the working tree, else the default. The snapshot's config still governs the
     review; a port package renamed between the worktree and the reviewed revision is reported by
@@ -155,7 +154,7 @@ def _port_package_hint(repo: Path | None, mode: str, config_file: Path | None) -
     return AuditConfig().port_package
 
 
-def _static_export(package: str) -> tuple[str, ...]:
+def static_export(package: str) -> tuple[str, ...]:
     return (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml")
 
 
@@ -637,110 +636,7 @@ def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> di
     return env
 
 
-@contextmanager
-def _traced(mode: str | None, repo: Path | None, rev: str | None, upstream: str | None
-            ) -> Iterator[tuple[SnapshotInfo, AuditConfig, Discovery, TraceResult, UpstreamInfo | None]]:
-    """snapshot -> discover -> trace, as the review does them, for the commands that need only a trace
-    (`trace`, `evidence --capture-stack`); the snapshot lives while the block runs."""
-    from metax_audit import discover as discover_mod
-    from metax_audit import snapshot as snapshot_mod
-    from metax_audit import trace as trace_mod
-
-    if mode is None:
-        mode, rev, _ = snapshot_mod.default_mode(repo)
-    package = _port_package_hint(repo, mode, None)
-    with snapshot_mod.snapshot(mode, repo, rev, package=package, only=_static_export(package)) as snap:
-        config = load_config(snap.root)
-        discovery = discover_mod.discover(snap.root, config)
-        up = None
-        if upstream:
-            from metax_audit.upstream import resolve_upstream
-
-            up = resolve_upstream(upstream, package=config.upstream_package)
-        yield snap, config, discovery, trace_mod.trace_backends(discovery, config, up.root if up else None), up
-
-
-def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream: str | None,
-               backend: str) -> list[BackendChain]:
-    """`metax-audit trace`: the chains asked for (a backend name, a class name, or "all")."""
-    with _traced(mode, repo, rev, upstream) as (_, _, _, result, _):
-        pass
-    if backend.lower() == "all":
-        chains = list(result.backends)
-    else:
-        chains = [c for c in result.backends if c.name.lower() == backend.lower()
-                  or c.class_path.rsplit(".", 1)[-1].lower() == backend.lower()]
-    if not chains:
-        names = ", ".join(sorted(c.name for c in result.backends)) or "none"
-        raise AuditError(f"no registered backend named {backend!r} (registered: {names})")
-    return chains
-
-
-def probe(*, backend: str | None, target: str | None, family: str | None, probes: Sequence[str], device: str,
-          python: str | None, output_dir: Path, timeout: float) -> tuple[list[ProbeResult], list[Path]]:
-    """`metax-audit probe`: pick targets, run each probe in its own subprocess, write the results."""
-    from metax_audit import evidence as evidence_mod
-    from metax_audit import probing
-
-    pairs = [(target, family or "")] if target else probing.backend_targets(backend or "")
-    if not pairs:
-        raise AuditError(f"no probe targets known for backend {backend!r}")
-    results: list[ProbeResult] = []
-    for tgt, fam in pairs:
-        results += probing.run_probes(target=tgt, family=fam, probes=probes, device=device, timeout=timeout, python=python)
-    env = evidence_mod.collect_environment(python=python)
-    written = probing.write_probe_reports(results, env, output_dir)
-    return results, written
-
-
-def evidence(*, python: str | None, save: Path | None, capture_stack: Path | None, repo: Path | None,
-             mode: str | None, rev: str | None, upstream: str | None = None) -> tuple[dict, list[str], Path | None]:
-    """`metax-audit evidence`: the environment record, compared with a saved one; optionally the stack manifest."""
-    from metax_audit import evidence as evidence_mod
-
-    env = evidence_mod.collect_environment(python=python)
-    changes: list[str] = []
-    if save is not None:
-        if save.exists():
-            changes = evidence_mod.diff_environment(evidence_mod.load_environment(save), env)
-        evidence_mod.save_environment(env, save)
-    if capture_stack is not None:
-        from metax_audit import introspect as introspect_mod
-
-        with _traced(mode, repo, rev, upstream) as (snap, config, discovery, result, up):
-            targets = introspect_mod.stack_targets(discovery, result, config.kernel_modules)
-            roots = (snap.root, *((up.root,) if up and up.root else ()))
-            facts = introspect_mod.introspect(targets, python=python, static_roots=roots,
-                                              never_import=(config.port_package,))
-        introspect_mod.write_manifest(facts, capture_stack)
-    return env, changes, capture_stack
-
-
 def default_contracts_path() -> Path:
     """The project's contracts: shipped inside the package (a link to the top-level file in a
     checkout, a copy in a wheel)."""
     return Path(__file__).parent / "component-contracts.md"
-
-
-def contracts(*, path: Path | None, check: bool, python: str | None) -> tuple[object, list]:
-    """`metax-audit contracts`: list observations; with check, rerun each observation's probe here."""
-    from metax_audit import contracts as contracts_mod
-
-    file = path or default_contracts_path()
-    if not file.is_file():
-        raise AuditError(f"contracts file {file} not found (pass --file)")
-    loaded = contracts_mod.load_contracts(file)
-    checks: list = []
-    if check:
-        from metax_audit import evidence as evidence_mod
-        from metax_audit import probing
-
-        env = evidence_mod.collect_environment(python=python)
-        installed = {k: v.get("version", "") if isinstance(v, dict) else str(v)
-                     for k, v in env.get("packages", {}).items()}
-
-        def run_probe(target: str, family: str, probe_name: str) -> ProbeResult:
-            return probing.run_probes(target=target, family=family, probes=(probe_name,), python=python)[0]
-
-        checks = contracts_mod.check_contracts(loaded, run_probe=run_probe, installed_versions=installed)
-    return loaded, checks
