@@ -6,6 +6,7 @@ dev:
 	$(PY) -m pip install -e '.[test]' torch==2.13.0
 lint:
 	ruff check .
+	$(PY) -m mypy
 test:
 	$(PY) -m pytest
 rules:

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from metax_audit.config import AuditConfig, load_config
 from metax_audit.errors import AuditError
 from metax_audit.models import BackendChain, Discovery, ProbeResult, SnapshotInfo, TraceResult, UpstreamInfo
 from metax_audit.pipeline import default_contracts_path, port_package_hint, static_export
+
+if TYPE_CHECKING:
+    from metax_audit.contracts import ContractCheck, Contracts
 
 
 @contextmanager
@@ -69,7 +73,7 @@ def probe(*, backend: str | None, target: str | None, family: str | None, probes
 
 
 def evidence(*, python: str | None, save: Path | None, capture_stack: Path | None, repo: Path | None,
-             mode: str | None, rev: str | None, upstream: str | None = None) -> tuple[dict, list[str], Path | None]:
+             mode: str | None, rev: str | None, upstream: str | None = None) -> tuple[dict[str, Any], list[str], Path | None]:
     """`metax-audit evidence`: the environment record, compared with a saved one; optionally the stack manifest."""
     from metax_audit import evidence as evidence_mod
 
@@ -91,7 +95,7 @@ def evidence(*, python: str | None, save: Path | None, capture_stack: Path | Non
     return env, changes, capture_stack
 
 
-def contracts(*, path: Path | None, check: bool, python: str | None) -> tuple[object, list]:
+def contracts(*, path: Path | None, check: bool, python: str | None) -> tuple[Contracts, list[ContractCheck]]:
     """`metax-audit contracts`: list observations; with check, rerun each observation's probe here."""
     from metax_audit import contracts as contracts_mod
 
@@ -99,7 +103,7 @@ def contracts(*, path: Path | None, check: bool, python: str | None) -> tuple[ob
     if not file.is_file():
         raise AuditError(f"contracts file {file} not found (pass --file)")
     loaded = contracts_mod.load_contracts(file)
-    checks: list = []
+    checks: list[ContractCheck] = []
     if check:
         from metax_audit import evidence as evidence_mod
         from metax_audit import probing

@@ -72,10 +72,10 @@ class Forked(Generic[T]):
         if data is None and self._pid is not None:  # stuck (a lock held at fork time?): run it here
             with contextlib.suppress(OSError):
                 os.kill(self._pid, signal.SIGKILL)
-        ok = self._reap() == 0 and data is not None
-        if ok:
+        if self._reap() == 0 and data is not None:
             try:
-                return pickle.loads(data)  # our own child's bytes
+                result: T = pickle.loads(data)  # our own child's bytes
+                return result
             except Exception:  # a truncated result: compute it here instead
                 pass
         return self._fn()

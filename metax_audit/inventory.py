@@ -80,7 +80,7 @@ def build_report(
         src = sources.get(path)
         comp = compared.get(path)
         here = by_path.get(path, [])
-        regs = ()
+        regs: tuple[Registration, ...] = ()
         if discovery is not None:
             regs = tuple(sorted(
                 (r for r in discovery.registrations if path in (r.location.path, r.resolved_path)),

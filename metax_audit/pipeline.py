@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from metax_audit import __version__
 from metax_audit.config import AuditConfig, load_config
@@ -27,6 +27,7 @@ from metax_audit.models import (
     StageRecord,
     TestRun,
     TraceResult,
+    Unresolved,
     UpstreamInfo,
 )
 from metax_audit.progress import Progress, QuietProgress
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from metax_audit.trace.symbols import SymbolTable
 
 T = TypeVar("T")
+# The dataflow stage as the forked child returns it: flows, findings, values not followed.
+_FlowResult = tuple[list["LseFlow"], list[Finding], list[Unresolved]]
 
 
 @dataclass(frozen=True)
@@ -449,7 +452,7 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
     return facts
 
 
-def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[tuple[list, list[Finding], list]],
+def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[_FlowResult],
                     ) -> list[LseFlow]:
     if contracts is None:
         dataflow.close()
@@ -507,7 +510,7 @@ def _probe_suggester(contracts: Contracts | None) -> Callable[[str], str | None]
     return None if contracts is None else (lambda callee: validation_for(callee, contracts))
 
 
-def _flow_dict(flow: LseFlow) -> dict:
+def _flow_dict(flow: LseFlow) -> dict[str, Any]:
     """A flow as the report's JSON holds it; a probe request as the command that reruns it."""
     import dataclasses
 
@@ -575,7 +578,7 @@ def _introspect_notes(facts: StackFacts) -> list[str]:
     return notes
 
 
-def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | None) -> tuple[list, list[Finding], list]:
+def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | None) -> _FlowResult:
     """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
     from metax_audit.checks.lse import check_dataflow
 
@@ -626,8 +629,8 @@ def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOpt
     return results
 
 
-def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> dict:
-    env: dict = {"python": options.python or "current interpreter"}
+def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> dict[str, Any]:
+    env: dict[str, Any] = {"python": options.python or "current interpreter"}
     if facts is not None:
         env["stack_source"] = facts.source
         env["stack_captured_at"] = facts.captured_at

@@ -164,7 +164,7 @@ def _uses(tree: ast.Module) -> dict[str, list[int]]:
     uses: dict[str, list[int]] = {}
     for node in walk_nodes(tree):
         name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-        if name:
+        if name and isinstance(node, ast.Name | ast.Attribute):
             uses.setdefault(name, []).append(node.lineno)
         elif isinstance(node, ast.alias):
             uses.setdefault(node.name.split(".")[-1], []).append(node.lineno)

@@ -81,10 +81,10 @@ def _scan(func: ast.AST) -> list[_Hit]:
         if isinstance(node, ast.If):
             cond = ast.unparse(node.test)[:80]
             visit(node.test, conds)
-            for child in node.body:
-                visit(child, (*conds, cond))
-            for child in node.orelse:
-                visit(child, (*conds, f"not ({cond})"))
+            for stmt in node.body:
+                visit(stmt, (*conds, cond))
+            for stmt in node.orelse:
+                visit(stmt, (*conds, f"not ({cond})"))
             return
         for child in ast.iter_child_nodes(node):
             visit(child, conds)

@@ -78,8 +78,9 @@ def const_value(node: ast.expr, consts: dict[str, float]) -> float | None:
             assert x is not None
             if fname == "log" and len(vals) == 1:
                 return math.log(x)
-            if fname == "log" and len(vals) == 2 and vals[1] not in (None, 1.0):
-                return math.log(x, vals[1])  # type: ignore[arg-type]
+            base = vals[1] if len(vals) == 2 else None
+            if fname == "log" and base is not None and base != 1.0:
+                return math.log(x, base)
             if fname == "log2":
                 return math.log2(x)
             if fname == "tensor":

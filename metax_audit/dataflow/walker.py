@@ -398,10 +398,10 @@ class Walker:
                     if short in ("clone", "contiguous", "squeeze", "unsqueeze", "reshape", "where", "nan_to_num", "clamp"):
                         return arg
                 return None
-        conv, cand = self.ctx.match(cands)
-        if conv is not None and cand is not None:
+        conv, matched = self.ctx.match(cands)
+        if conv is not None and matched is not None:
             if conv.role == "producer":
-                return self.produce(call, conv, cand, stmt)
+                return self.produce(call, conv, matched, stmt)
             result = None
             for c in cands:
                 cv = self.ctx.contracts.convention_for(c.dotted, "consumer")
@@ -494,8 +494,8 @@ class Walker:
         if want_result and conv.returns_lse:
             flag = conv.returns_lse.get("flag")
             if flag:
-                val, _ = self.flag_value(call, cand, (flag,))
-                if not val:
+                asked, _ = self.flag_value(call, cand, (flag,))
+                if not asked:
                     return None
             ins = [self.eval(a, stmt) for a in [*call.args, *[k.value for k in call.keywords]]]
             src = next((v for v in ins if isinstance(v, Val)), None)
