@@ -196,6 +196,7 @@ def _result_key(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions,
     upstream = resolve_upstream(spec, package=config.upstream_package, cache_dir=options.cache_dir) if spec else None
     base = (resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
             if spec and options.base else None)
+    stack: str | None
     if options.stack is not None:
         stack = f"manifest:{resultcache.file_digest(options.stack)}"
     else:
