@@ -120,15 +120,11 @@ def build(family: str, *, device: str, seed: int, seq_lens: list[int], qo_lens: 
         return Scenario(family, q.to(device), k, v, sl.to(device), None if ql is None else ql.to(device), None, layout, scale)
 
     pages = [-(-L // page) for L in seq_lens]
-    n_blocks = sum(pages) + spare_blocks
-    perm = torch.randperm(n_blocks, generator=g)
     width = max(max(pages), 1) + 1
-    bt = torch.full((B, width), -1 if holes else 0, dtype=torch.int32)
-    used, pos = [], 0
-    for b, p in enumerate(pages):
-        bt[b, :p] = perm[pos : pos + p].to(torch.int32)
-        used += perm[pos : pos + p].tolist()
-        pos += p
+    # at least B * width blocks: a kernel that ignores the block table (reads request b's page j
+    # at block b * width + j, the identity mapping) stays in bounds, and reads spare blocks
+    n_blocks = max(sum(pages) + spare_blocks, B * width)
+    bt, used = shuffled_table(pages, width, n_blocks, g, holes=holes)
     block = (page, hkv, d) if layout == "NHD" else (hkv, page, d)
     if joint:
         both = torch.randn(n_blocks, 2, *block, generator=g)
@@ -144,6 +140,36 @@ def build(family: str, *, device: str, seed: int, seq_lens: list[int], qo_lens: 
         v[spare] = 30.0
         k, v = k.to(store).to(device), v.to(store).to(device)
     return Scenario(family, q.to(device), k, v, sl.to(device), None if ql is None else ql.to(device), bt.to(device), layout, scale)
+
+
+def shuffled_table(pages: list[int], width: int, n_blocks: int, g: Any, *, holes: bool = True) -> tuple[Any, list[int]]:
+    """A block table [B, width] whose used entries are a random draw of distinct blocks, none at
+    its identity position (b * width + j), so a kernel ignoring the table cannot match by luck.
+    Entries past a request's pages are -1 (`holes`) or 0. -> (table, used block ids)."""
+    import torch
+
+    B = len(pages)
+    for _ in range(100):
+        perm = torch.randperm(n_blocks, generator=g)
+        bt = torch.full((B, width), -1 if holes else 0, dtype=torch.int32)
+        used, pos, clash = [], 0, False
+        for b, p in enumerate(pages):
+            row = perm[pos : pos + p].to(torch.int32)
+            clash |= bool((row == torch.arange(p, dtype=torch.int32) + b * width).any())
+            bt[b, :p] = row
+            used += row.tolist()
+            pos += p
+        if not clash:
+            return bt, used
+    raise AssertionError("no block table without identity entries in 100 draws")  # needs n_blocks <= 1
+
+
+def identity_table(block_table: Any) -> Any:
+    """The block table a kernel that ignores it effectively uses: request b's page j at block b * width + j."""
+    import torch
+
+    B, width = block_table.shape
+    return torch.arange(B * width, dtype=torch.int32, device=block_table.device).view(B, width)
 
 
 def other_layout_view(cache: Any, layout: str) -> tuple[Any, str]:

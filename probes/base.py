@@ -10,6 +10,7 @@ from typing import Any
 
 SCHEMA = "metax-audit/probe-outcome/v1"
 VERDICTS = ("matched", "mismatch", "not-checkable", "skipped", "error")
+NON_FINITE = "non-finite"  # the hypothesis a case matches when the target returned NaN/inf where no hypothesis has one
 
 
 class ProbeSkip(Exception):
@@ -23,6 +24,11 @@ class ControlAbsent(Exception):
         super().__init__(f"control absent: {control!r} not accepted by target signature {signature}")
         self.control = control
         self.signature = signature
+
+
+class NotCheckable(Exception):
+    """Raised inside a probe: this target cannot answer the question here, for the stated reason
+    (e.g. a plain callable under the CPU graph-capture simulation)."""
 
 
 class ProbeInputError(Exception):
@@ -59,6 +65,7 @@ class CaseResult:
     dtypes: dict[str, str] = field(default_factory=dict)
     strides: dict[str, list[int]] = field(default_factory=dict)
     note: str = ""
+    expected: str | None = None  # this case's own expectation (e.g. "neutral" for an empty sequence); None: the probe's
 
 
 @dataclass(frozen=True)
@@ -225,13 +232,23 @@ def case_result(
     tensors: Mapping[str, Any] = (),  # type: ignore[assignment]
     note: str = "",
     check_separation: bool = True,
+    nonfinite: str = NON_FINITE,
 ) -> CaseResult:
     """Match one case. `hypotheses[name]` is a tensor, or a tuple of tensors compared pairwise
     with `outs` (a tuple too); the error of a tuple is its worst part. Raises ProbeInputError
-    when two hypotheses are closer than 4x the tolerance: such inputs cannot discriminate."""
+    when two hypotheses are closer than 4x the tolerance: such inputs cannot discriminate.
+
+    Finiteness is part of the verdict: when no hypothesis matches and the target returned NaN or
+    inf where every hypothesis is finite, the case matches the hypothesis named `nonfinite`
+    (`non-finite`, or the caller's name for where it happened, e.g. `nan-on-empty`)."""
     errors: dict[str, HypothesisError] = {}
     for h, ref in hypotheses.items():
         errors[h] = _tuple_error(outs, ref, tol)
+    if not any(e.within for e in errors.values()):
+        bad = _nonfinite_where_finite(outs, hypotheses.values())
+        if bad:
+            errors[nonfinite] = HypothesisError(abs=0.0, rel=0.0, within=True)
+            note = (note + "; " if note else "") + f"{bad} non-finite value(s) where every hypothesis is finite"
     if check_separation:
         names = list(hypotheses)
         wide = Tolerance(tol.atol * 4, tol.rtol * 4)
@@ -247,6 +264,29 @@ def case_result(
     dtypes = {k: str(v.dtype).replace("torch.", "") for k, v in dict(tensors).items()}
     strides = {k: list(v.stride()) for k, v in dict(tensors).items()}
     return CaseResult(name=name, matched=matched, errors=errors, shapes=shapes, dtypes=dtypes, strides=strides, note=note)
+
+
+def _nonfinite_where_finite(out: Any, refs: Any) -> int:
+    """How many elements of the target's output are NaN/inf where every (same-shaped) hypothesis
+    is finite; 0 when none, or when no hypothesis can be laid over the output."""
+    import torch
+
+    outs = out if isinstance(out, tuple | list) else (out,)
+    count = 0
+    for i, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            continue
+        of = o.detach().to("cpu", torch.float64).reshape(-1)
+        mask = ~torch.isfinite(of)
+        if not bool(mask.any()):
+            continue
+        for ref in refs:
+            r = (ref if isinstance(ref, tuple | list) else (ref,))[i]
+            rf = r.detach().to("cpu", torch.float64).reshape(-1)
+            if rf.numel() == of.numel():
+                mask &= torch.isfinite(rf)
+        count += int(mask.sum())
+    return count
 
 
 def _tuple_error(out: Any, ref: Any, tol: Tolerance) -> HypothesisError:
@@ -281,12 +321,16 @@ def conclude(
             w["abs"] = max(w["abs"], e.abs)
             w["rel"] = max(w["rel"], e.rel)
     per_case = {c.name: c.matched for c in cases}
-    distinct = set(per_case.values())
-    if len(distinct) == 1:
-        matched = next(iter(distinct))
+    off = {c.matched for c in cases if c.matched != (c.expected or expected)}
+    if not off:
+        matched: str | None = expected
+    elif len(off) == 1 and None not in off:
+        matched = next(iter(off))  # one wrong hypothesis, wherever it showed (the cases say where)
+    elif len(set(per_case.values())) == 1:
+        matched = next(iter(per_case.values()))
     else:
         matched = "mixed: " + ", ".join(f"{k}={v or 'none'}" for k, v in per_case.items())
-    verdict = "matched" if matched == expected else "mismatch"
+    verdict = "matched" if not off else "mismatch"
     return ProbeOutcome(
         probe=probe,
         family=target.family,

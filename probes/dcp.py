@@ -11,6 +11,7 @@ from probes.registry import load_target
 TOL = Tolerance(atol=2e-2, rtol=2e-2)
 LENS_TOL = Tolerance(atol=0.5, rtol=0.0)
 GRID = ((2, 1), (4, 8))  # (ranks, interleave size): interleave 1 and > 1, as vLLM allows
+LENS = (37, 64, 45, 5)  # the last request has no KV on ranks 1-3 at interleave 8: empty ranks must weigh nothing
 
 
 def owner(t: int, ranks: int, interleave: int) -> int:
@@ -18,20 +19,23 @@ def owner(t: int, ranks: int, interleave: int) -> int:
 
 
 def _page(tokens: list[Any], page: int, device: str) -> tuple[Any, Any, Any]:
-    """Page a list of per-request [L, H, D] tensors into an NHD cache (one spare block each)."""
+    """Page a list of per-request [L, H, D] tensors into an NHD cache through a shuffled block
+    table (no entry at its identity position; B * width blocks, so an identity read stays in
+    bounds). A request with no tokens on this rank gets no pages and length 0."""
     import torch
 
+    from probes._scenario import shuffled_table
+
     h, d = tokens[0].shape[1], tokens[0].shape[2]
-    pages = [max(-(-t.shape[0] // page), 1) for t in tokens]
-    cache = torch.zeros(sum(pages), page, h, d, dtype=tokens[0].dtype)
-    bt = torch.full((len(tokens), max(pages) + 1), -1, dtype=torch.int32)
-    pos = 0
+    pages = [-(-t.shape[0] // page) for t in tokens]
+    width = max(max(pages), 1) + 1
+    n_blocks = max(sum(pages) + 1, len(tokens) * width)
+    bt, _ = shuffled_table(pages, width, n_blocks, torch.Generator().manual_seed(sum(pages) + 7 * width))
+    cache = torch.zeros(n_blocks, page, h, d, dtype=tokens[0].dtype)
     for b, t in enumerate(tokens):
         for p in range(pages[b]):
             chunk = t[p * page : (p + 1) * page]
-            cache[pos, : chunk.shape[0]] = chunk
-            bt[b, p] = pos
-            pos += 1
+            cache[int(bt[b, p]), : chunk.shape[0]] = chunk
     lens = torch.tensor([t.shape[0] for t in tokens], dtype=torch.int32)
     return cache.to(device), bt.to(device), lens.to(device)
 
@@ -45,7 +49,7 @@ def _simulate(producer: Target, merger: Target, ctx: ProbeContext, ranks: int, i
     from probes.reference import LN2
 
     g = torch.Generator().manual_seed(ctx.seed + 10 * ranks + interleave)
-    seq_lens, hq, hkv, d, page = [37, 64, 45], 4, 2, 128, 16
+    seq_lens, hq, hkv, d, page = list(LENS), 4, 2, 128, 16
     B = len(seq_lens)
     q = torch.randn(B, hq, d, generator=g).to(torch.float16)
     ks, vs = [], []
@@ -90,12 +94,17 @@ def _simulate(producer: Target, merger: Target, ctx: ProbeContext, ranks: int, i
     return acc[0], hyps, {"q": q, "k_rank0": ks[0]}
 
 
+def _has_empty_rank(ranks: int, interleave: int) -> bool:
+    return any(len({owner(t, ranks, interleave) for t in range(L)}) < ranks for L in LENS)
+
+
 def _attention_pair(producer: Target, merger: Target, probed: Target, ctx: ProbeContext) -> ProbeOutcome:
     producer.require("return_lse")
     cases = []
     for ranks, inter in GRID:
         out, hyps, tensors = _simulate(producer, merger, ctx, ranks, inter)
-        cases.append(case_result(f"ranks={ranks} interleave={inter} lens=[37, 64, 45]", out, hyps, TOL, tensors={**tensors, "out": out}))
+        cases.append(case_result(f"ranks={ranks} interleave={inter} lens={list(LENS)}", out, hyps, TOL, tensors={**tensors, "out": out},
+                                 nonfinite="nan-on-empty" if _has_empty_rank(ranks, inter) else "non-finite"))
     details = {"producer": producer.name, "producer declares": producer.declares.get("lse", "(nothing)"),
                "merger": merger.name, "merger declares base": merger.declares.get("merge_base", "(nothing)")}
     return conclude("dcp", probed, cases, expected="consistent", tol=TOL, details=details,

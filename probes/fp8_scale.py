@@ -1,5 +1,5 @@
 # The `fp8-scale` probe: with an FP8 (e4m3) KV cache and distinct non-unit k_scale=2, v_scale=0.25,
-# is each scale applied, ignored, inverted, swapped, or applied twice; float vs tensor scales.
+# is each scale applied, ignored (both, K only, V only), inverted, swapped, or applied twice; float vs tensor scales.
 from __future__ import annotations
 
 from typing import Any
@@ -12,6 +12,8 @@ TOL = Tolerance(atol=2e-2, rtol=2e-2)
 HYPOTHESES = {
     "applied": (K_SCALE, V_SCALE),
     "ignored": (1.0, 1.0),
+    "k-scale-ignored": (1.0, V_SCALE),
+    "v-scale-ignored": (K_SCALE, 1.0),
     "inverted": (1 / K_SCALE, 1 / V_SCALE),
     "swapped": (V_SCALE, K_SCALE),
     "applied-twice": (K_SCALE**2, V_SCALE**2),

@@ -1,14 +1,28 @@
 # The `graph-capture` probe: capture the target in a CUDA graph with one set of metadata, change
-# inputs and metadata in place (longer sequences, another block table), replay, compare. On CPU it
-# runs only as a simulation (option simulate=1), in which host values read at capture stay frozen.
+# inputs and metadata in place (longer sequences, another block table), replay, compare. A host
+# read of device memory during the captured call is named `not-capturable: host sync at FILE:LINE`.
+# On CPU it runs only as a simulation (option simulate=1) of two-phase (plan/run) targets, in which
+# host values read at capture stay frozen and host reads of the inputs during run are caught.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from probes import _scenario as sc
-from probes.base import ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
+from probes.base import (
+    CaseResult,
+    NotCheckable,
+    ProbeContext,
+    ProbeOutcome,
+    ProbeSpec,
+    Target,
+    Tolerance,
+    case_result,
+    conclude,
+)
 
 TOL = Tolerance(atol=1e-2, rtol=1e-2)
 _SIMULATED_CAPTURE = [False]
@@ -36,6 +50,77 @@ def _simulated() -> Iterator[None]:
         _SIMULATED_CAPTURE[0] = False
 
 
+# Tensor methods that read device memory on the host: each one inside a captured call either
+# fails the capture (a sync) or bakes a value into the graph.
+HOST_READS = frozenset({"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu"})
+
+
+class HostSync(Exception):
+    """A host read of device memory inside the call that would be captured."""
+
+    def __init__(self, where: str, what: str) -> None:
+        super().__init__(f"{what} at {where}")
+        self.where = where
+        self.what = what
+
+
+def _where(frames: Sequence[traceback.FrameSummary]) -> str:
+    """The innermost frame outside torch and this file: the line of the target that read."""
+    here = os.path.abspath(__file__)
+    for f in reversed(frames):
+        path = os.path.abspath(f.filename)
+        if path == here or f"{os.sep}torch{os.sep}" in path or path.endswith(f"{os.sep}contextlib.py"):
+            continue
+        rel = os.path.relpath(path)
+        return f"{rel if not rel.startswith('..') else path}:{f.lineno}"
+    return "<unknown>"
+
+
+def _watch(tensors: Sequence[Any]) -> Any:
+    """A torch function mode that raises HostSync when a host read touches the storage of one of
+    `tensors` (the call's inputs and metadata, views of them included)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    ptrs = {t.untyped_storage().data_ptr() for t in tensors}
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = getattr(func, "__name__", "")
+            if name in HOST_READS and args and isinstance(args[0], torch.Tensor) and args[0].untyped_storage().data_ptr() in ptrs:
+                raise HostSync(_where(traceback.extract_stack()), f"Tensor.{name}()")
+            return func(*args, **(kwargs or {}))
+
+    return Watch()
+
+
+def _check_host_sync(fn: Callable[[], Any], tensors: Sequence[Any], cuda: bool) -> None:
+    """Call fn once as it will be captured: host reads of the inputs (torch function mode) and,
+    on a GPU, any synchronising CUDA call (torch's sync debug mode set to error) raise HostSync."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        with _watch(tensors):
+            fn()
+    except RuntimeError as exc:
+        if cuda and "synchroniz" in str(exc):
+            raise HostSync(_where(traceback.extract_tb(exc.__traceback__)), "synchronizing CUDA call: " + str(exc).splitlines()[0][:160]) from exc
+        raise
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(0)
+
+
+def _not_capturable(target: Target, exc: HostSync, details: dict[str, Any]) -> ProbeOutcome:
+    name = f"not-capturable: host sync at {exc.where}"
+    case = CaseResult(name="host reads during the captured call", matched=name, errors={}, note=str(exc))
+    return conclude("graph-capture", target, [case], expected="follows-new-inputs", tol=TOL,
+                    details={**details, "host sync": str(exc)}, evidence=(f"host sync: {exc}",))
+
+
 def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     import torch
 
@@ -53,6 +138,9 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     meta = dict(sm_scale=s.sm_scale, kv_layout="NHD", num_qo_heads=q.shape[1], num_kv_heads=k.shape[2], head_dim=q.shape[2],
                 page_size=k.shape[1], q_dtype=q.dtype, kv_dtype=k.dtype)
     two_phase = plan is not None and run_ is not None
+    if simulate and not two_phase:
+        raise NotCheckable("plain callable on CPU: the graph-capture simulation needs plan/run phases (a host read inside one "
+                           "eager call cannot be told from graph-safe code without a CUDA device)")
     if two_phase:
         plan(bt, sl, **meta)
         fn = lambda: run_(q, k, v)  # noqa: E731
@@ -61,15 +149,25 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
         fn = lambda: target(q, k, v, bt, sl, sm_scale=s.sm_scale)  # noqa: E731
         mode = "whole call captured"
 
+    details: dict[str, Any] = {"mode": mode, "simulated": simulate}
+    watched = (q, k, v, bt, sl)
     if simulate:
-        with _simulated():
-            captured = fn().clone()
+        try:
+            with _simulated(), _watch(watched):
+                captured = fn().clone()
+        except HostSync as exc:
+            return _not_capturable(target, exc, details)
         replay = fn
     else:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            fn()
+            fn()  # warm-up: JIT builds and lazy initialisation happen outside the checks
+            try:
+                _check_host_sync(fn, watched, cuda=True)
+            except HostSync as exc:
+                torch.cuda.current_stream().wait_stream(side)
+                return _not_capturable(target, exc, details)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -98,7 +196,6 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     }
     case = case_result(f"capture lens={lens_a}, replay lens={lens_b} + rolled block table + new q/KV", out, hyps, TOL,
                        tensors={"q": q, "k_cache": k, "block_table": bt, "seq_lens": sl, "out": out})
-    details: dict[str, Any] = {"mode": mode, "simulated": simulate}
     try:
         eager, _ = sc.split(target(q, k, v, bt, sl, sm_scale=s.sm_scale))
         details["replay vs eager max |diff|"] = float((eager.float() - out.float()).abs().max())

@@ -19,6 +19,8 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
         alt_k, alt_layout = sc.other_layout_view(s.k, layout)
         alt_v, _ = sc.other_layout_view(s.v, layout)
         hyps = {"as-told": s.ref()[0], "other-layout": s.ref(k=alt_k, v=alt_v, layout=alt_layout)[0]}
+        if s.block_table is not None:
+            hyps["block-table-ignored"] = s.ref(block_table=sc.identity_table(s.block_table))[0]
         if not (s.k.is_contiguous() and s.v.is_contiguous()):
             hyps["ignores-strides"] = s.ref(k=sc.ignoring_strides(s.k), v=sc.ignoring_strides(s.v))[0]
         name = f"{layout}/{'joint [N,2,...] views' if joint else 'split K,V'}" + ("/shuffled block table" if fam != "ragged-prefill" else "")

@@ -5,7 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from probes import _scenario as sc
-from probes.base import ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude, expected_for
+from probes.base import (
+    CaseResult,
+    HypothesisError,
+    ProbeContext,
+    ProbeOutcome,
+    ProbeSpec,
+    Target,
+    Tolerance,
+    case_result,
+    conclude,
+    expected_for,
+)
 
 LSE_TOL = Tolerance(atol=2e-2, rtol=2e-3)
 OUT_TOL = Tolerance(atol=1e-2, rtol=1e-2)
@@ -26,33 +37,77 @@ def _attention(target: Target, ctx: ProbeContext) -> ProbeOutcome:
         "paged-prefill": [dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])],
         "ragged-prefill": [dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])],
     }[target.family]
+    expected, source = expected_for(target, "lse", "base-e/[T,H]")
     cases, details = [], {}
     for i, g in enumerate(grids):
         s = sc.build(target.family, device=ctx.device, seed=ctx.seed + i, **g)
         out, lse = sc.need_lse(target, s.call(target, return_lse=True))
         ref_out, ref_lse = s.ref()
-        cases.append(case_result(f"{target.family}/lens={g['seq_lens']}", lse, lse_hypotheses(ref_lse), LSE_TOL, tensors={**s.tensors(), "lse": lse}))
+        hyps = lse_hypotheses(ref_lse)
+        if s.block_table is not None:  # the identity mapping, in the expected base and layout
+            hyps["block-table-ignored"] = hyps[expected] if expected not in hyps else lse_hypotheses(
+                s.ref(block_table=sc.identity_table(s.block_table))[1])[expected]
+        cases.append(case_result(f"{target.family}/lens={g['seq_lens']}", lse, hyps, LSE_TOL, tensors={**s.tensors(), "lse": lse}))
         o = case_result("out", out, {"reference": ref_out}, OUT_TOL, check_separation=False)
         details[f"output error vs reference ({cases[-1].name})"] = o.errors["reference"].abs
-    details.update(_empty_sequence(target, ctx))
-    expected, source = expected_for(target, "lse", "base-e/[T,H]")
+    layout = "[H,T]" if any("[H,T]" in (c.matched or "") for c in cases) else "[T,H]"
+    empty, observed = _empty_sequence(target, ctx, layout)
+    details.update(observed)
+    if empty is not None:
+        cases.append(empty)
     return conclude("lse", target, cases, expected=expected, expected_source=source, tol=LSE_TOL, details=details)
 
 
-def _empty_sequence(target: Target, ctx: ProbeContext) -> dict[str, Any]:
-    """An observation, outside the verdict: what comes back for a request with no KV at all
-    (the neutral answer is out 0 and lse -inf). Run last: some kernels fault on it."""
+# What the convention says an empty sequence (a request with no KV at all) returns: out 0 and an LSE
+# that gives it no weight in a merge: -inf, or a finite sentinel at or below this (FlashInfer: -5e4).
+EMPTY_LSE_CEILING = -1e4
+
+
+def _empty_sequence(target: Target, ctx: ProbeContext, layout: str) -> tuple[CaseResult | None, dict[str, Any]]:
+    """A decode batch [0, 9]: the empty request must hold out 0 (finite) and an LSE that weighs
+    nothing (-inf or <= EMPTY_LSE_CEILING); NaN/inf in its out or a NaN LSE is `nan-on-empty`
+    (unless the target declares {"empty": "nan-on-empty"}). Prefill: the zero-length request
+    returns no rows. The LSE row is read in the layout the main cases matched. Run last: some
+    kernels fault on it (recorded, outside the verdict)."""
     g = dict(seq_lens=[0, 9]) if target.family == "paged-decode" else dict(seq_lens=[0, 9], qo_lens=[0, 3])
     try:
         s = sc.build(target.family, device=ctx.device, seed=ctx.seed + 99, **g)
         out, lse = sc.need_lse(target, s.call(target, return_lse=True))
-        if target.family == "paged-decode":
-            row_out, row_lse = out[0].float(), lse.reshape(-1)[: out.shape[1]].float()
-            return {"empty sequence: out max |.|": float(row_out.abs().max()), "empty sequence: out has nan": bool(row_out.isnan().any()),
-                    "empty sequence: lse values": [float(x) for x in row_lse.cpu()]}
-        return {"zero-length request: rows returned": int(out.shape[0]), "zero-length request: expected rows": 3}
     except Exception as exc:  # recorded, never fatal to the verdict above
-        return {"empty sequence": f"target raised {type(exc).__name__}: {str(exc)[:200]}"}
+        return None, {"empty sequence": f"target raised {type(exc).__name__}: {str(exc)[:200]}"}
+    if target.family != "paged-decode":
+        return None, {"zero-length request: rows returned": int(out.shape[0]), "zero-length request: expected rows": 3}
+    h = out.shape[1]
+    row_lse = (lse.reshape(h, -1)[:, 0] if layout == "[H,T]" else lse.reshape(-1, h)[0]).float()
+    row_out = out[0].float()
+    observed = {"empty sequence: out max |.|": float(row_out.nan_to_num(nan=float("inf")).abs().max()),
+                "empty sequence: out has nan": bool(row_out.isnan().any()),
+                "empty sequence: lse values": [float(x) for x in row_lse.cpu()]}
+    return empty_case("empty sequence (seq_lens=[0, 9]): out 0, lse -inf or <= -1e4", row_out, row_lse,
+                      target.declares.get("empty", "neutral")), observed
+
+
+def empty_case(name: str, row_out: Any, row_lse: Any | None, expected: str = "neutral") -> CaseResult:
+    """The verdict for an empty sequence's row: `neutral`, `nan-on-empty` or no hypothesis."""
+    import math
+
+    import torch
+
+    o = row_out.detach().double().cpu()
+    finite = bool(torch.isfinite(o).all())
+    out_err = float(o.nan_to_num(nan=math.inf).abs().max()) if o.numel() else 0.0
+    lse_ok, lse_nan = True, False
+    if row_lse is not None:
+        lv = row_lse.detach().double().cpu()
+        lse_nan = bool(lv.isnan().any())
+        lse_ok = not lse_nan and bool((lv <= EMPTY_LSE_CEILING).all())
+    neutral = finite and out_err <= OUT_TOL.atol and lse_ok
+    nan = (not finite) or lse_nan
+    errors = {"neutral": HypothesisError(abs=out_err, rel=0.0, within=neutral),
+              "nan-on-empty": HypothesisError(abs=0.0 if nan else math.inf, rel=0.0, within=nan)}
+    matched = "neutral" if neutral else ("nan-on-empty" if nan else None)
+    note = "" if matched else "finite but not neutral: out not 0, or an LSE above -1e4 gives the empty request weight"
+    return CaseResult(name=name, matched=matched, errors=errors, shapes={"out row": list(o.shape)}, note=note, expected=expected)
 
 
 def _merge(target: Target, ctx: ProbeContext) -> ProbeOutcome:

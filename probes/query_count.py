@@ -66,11 +66,28 @@ def run_padding(target: Target, ctx: ProbeContext) -> ProbeOutcome:
         p = out[pad].float()
         details["padded rows: max |out|"] = float(p.nan_to_num(nan=float("inf")).abs().max())
         details["padded rows: finite"] = bool(p.isfinite().all())
+        cases.append(_padded_rows(p, pad, target.declares.get("padding", "neutral")))
     try:
         cases.append(_padded_heads(target, ctx))
     except Exception as exc:  # a kernel without this group size is a fact about it, recorded
         details["padded heads (Hq=6, Hkv=2)"] = f"target raised {type(exc).__name__}: {str(exc)[:200]}"
     return conclude("padding", target, cases, expected="neutral", tol=TOL, details=details)
+
+
+def _padded_rows(rows: Any, pad: list[int], expected: str) -> CaseResult:
+    """The convention: a padded request's output row holds finite values (the reference writes 0;
+    vLLM discards the row, so any finite value is accepted). NaN/inf there is `nan-in-padding`,
+    unless the target declares {"padding": "nan-in-padding"}: a NaN row can still poison batch-wide
+    reductions (an fp8 output quantiser's amax, a sum for logging)."""
+    import torch
+
+    r = rows.detach().double().cpu()
+    finite = bool(torch.isfinite(r).all())
+    bad = int((~torch.isfinite(r)).sum())
+    errors = {"neutral": HypothesisError(abs=0.0 if finite else float("inf"), rel=0.0, within=finite),
+              "nan-in-padding": HypothesisError(abs=float("inf") if finite else 0.0, rel=0.0, within=not finite)}
+    return CaseResult(name=f"padded rows {pad} finite", matched="neutral" if finite else "nan-in-padding", errors=errors,
+                      shapes={"padded rows": list(r.shape)}, note=f"{bad} non-finite value(s)" if bad else "", expected=expected)
 
 
 def _padded_heads(target: Target, ctx: ProbeContext) -> CaseResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import traceback
 
-from probes.base import ControlAbsent, ProbeContext, ProbeInputError, ProbeOutcome, ProbeSkip
+from probes.base import ControlAbsent, NotCheckable, ProbeContext, ProbeInputError, ProbeOutcome, ProbeSkip
 from probes.device import describe, resolve
 from probes.registry import load_target, registry
 
@@ -38,6 +38,8 @@ def run_one(probe: str, family: str, target: str, ctx: ProbeContext) -> ProbeOut
         out = ProbeOutcome(**base, verdict="skipped", skipped_reason=str(exc), evidence=(f"target signature: {target}{tgt.signature}",))
     except ControlAbsent as exc:
         out = ProbeOutcome(**base, verdict="not-checkable", skipped_reason=f"control absent: {exc.control}", evidence=(f"inspected signature: {exc.signature}", *tgt.notes))
+    except NotCheckable as exc:
+        out = ProbeOutcome(**base, verdict="not-checkable", skipped_reason=str(exc), evidence=(f"target signature: {target}{tgt.signature}", *tgt.notes))
     except ProbeInputError as exc:
         out = ProbeOutcome(**base, verdict="error", skipped_reason=f"probe inputs do not discriminate: {exc}")
     except Exception as exc:  # the kernel raised: a recorded result blaming the target

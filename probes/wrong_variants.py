@@ -68,9 +68,31 @@ def _scaled(fk: Any, fv: Any, doc: str) -> Any:
 
 
 ignored_scale_decode = _scaled(lambda k, v: 1.0, lambda k, v: 1.0, "Ignores k_scale and v_scale.")
+k_scale_ignored_decode = _scaled(lambda k, v: 1.0, lambda k, v: v, "Applies v_scale, ignores k_scale.")
+v_scale_ignored_decode = _scaled(lambda k, v: k, lambda k, v: 1.0, "Applies k_scale, ignores v_scale.")
 inverted_scale_decode = _scaled(lambda k, v: 1 / k, lambda k, v: 1 / v, "Divides by the scales.")
 swapped_scale_decode = _scaled(lambda k, v: v, lambda k, v: k, "Applies v_scale to K and k_scale to V.")
 doubled_scale_decode = _scaled(lambda k, v: k * k, lambda k, v: v * v, "Applies each scale twice (caller and kernel).")
+
+
+def identity_block_table_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
+                                kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+    """Ignores the block table: reads request b's page j at block b * width + j."""
+    from probes._scenario import identity_table
+
+    out, lse = _decode(q, k_cache, v_cache, identity_table(block_table), seq_lens, sm_scale, kv_layout, _f(k_scale), _f(v_scale))
+    return (out, lse) if return_lse else out
+
+
+def nan_on_empty_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
+                        kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+    """Normalises by a zero softmax sum for an empty sequence: NaN out (and NaN LSE) there, and in
+    padded (zero-length) rows; real rows are right."""
+    out, lse = _decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, kv_layout, _f(k_scale), _f(v_scale))
+    empty = seq_lens.to(out.device) == 0
+    out = out.masked_fill(empty[:, None, None], float("nan"))
+    lse = lse.masked_fill(empty[:, None], float("nan"))
+    return (out, lse) if return_lse else out
 
 
 def padded_head_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
@@ -97,15 +119,16 @@ def compacting_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_
 
 
 class StaleLengthDecode:
-    """Two-phase decode that reads sequence lengths on the host while a graph is being captured,
-    so a replay keeps the captured lengths even after plan() is called with new ones."""
+    """Two-phase decode whose plan() reads the lengths on the host (allowed: outside capture) and
+    whose run() bakes the lengths it saw during a graph capture into the graph, so a replay keeps
+    the captured lengths even after plan() is called with new ones (a host int kernel argument)."""
 
     def __init__(self) -> None:
         self._meta: dict[str, Any] = {}
         self._frozen: list[int] | None = None
 
     def plan(self, block_table: Any, seq_lens: Any, *, sm_scale: float, kv_layout: str = "NHD", **_: Any) -> None:
-        self._meta = {"block_table": block_table, "seq_lens": seq_lens, "sm_scale": sm_scale, "kv_layout": kv_layout}
+        self._meta = {"block_table": block_table, "lens": seq_lens.tolist(), "sm_scale": sm_scale, "kv_layout": kv_layout}
 
     def run(self, q: Any, k_cache: Any, v_cache: Any, *, k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
         import torch
@@ -113,7 +136,7 @@ class StaleLengthDecode:
         from probes.graph_capture import capturing
 
         m = self._meta
-        lens = self._frozen if self._frozen is not None else m["seq_lens"].tolist()
+        lens = self._frozen if self._frozen is not None else m["lens"]
         if capturing():
             self._frozen = list(lens)
         out, lse = _decode(q, k_cache, v_cache, m["block_table"], torch.tensor(lens, dtype=torch.int32), m["sm_scale"], m["kv_layout"],
@@ -125,6 +148,41 @@ class StaleLengthDecode:
         self.plan(block_table, seq_lens, sm_scale=sm_scale, kv_layout=kv_layout)
         self._frozen = None  # an eager call is never stale
         return self.run(q, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale, return_lse=return_lse)
+
+
+class HostSyncDecode:
+    """Two-phase decode that is right eagerly but reads each sequence length on the host in run()
+    (`int(seq_lens[b])`): inside a CUDA graph capture that is a device-to-host sync."""
+
+    def __init__(self) -> None:
+        self._meta: dict[str, Any] = {}
+
+    def plan(self, block_table: Any, seq_lens: Any, *, sm_scale: float, kv_layout: str = "NHD", **_: Any) -> None:
+        self._meta = {"block_table": block_table, "seq_lens": seq_lens, "sm_scale": sm_scale, "kv_layout": kv_layout}
+
+    def run(self, q: Any, k_cache: Any, v_cache: Any, *, k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+        import torch
+
+        m = self._meta
+        lens = [int(m["seq_lens"][b]) for b in range(q.shape[0])]  # the host sync under test
+        out, lse = _decode(q, k_cache, v_cache, m["block_table"], torch.tensor(lens, dtype=torch.int32), m["sm_scale"], m["kv_layout"],
+                           _f(k_scale), _f(v_scale))
+        return (out, lse) if return_lse else out
+
+    def __call__(self, q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
+                 kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+        self.plan(block_table, seq_lens, sm_scale=sm_scale, kv_layout=kv_layout)
+        return self.run(q, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale, return_lse=return_lse)
+
+
+def host_sync_plain_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
+                           kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+    """A plain callable (no plan/run) that reads lengths on the host: on CPU graph capture is not checkable for it."""
+    lens = [int(x) for x in seq_lens]
+    import torch
+
+    out, lse = _decode(q, k_cache, v_cache, block_table, torch.tensor(lens, dtype=torch.int32), sm_scale, kv_layout, _f(k_scale), _f(v_scale))
+    return (out, lse) if return_lse else out
 
 
 # ragged-prefill -------------------------------------------------------------------------------

@@ -24,6 +24,14 @@ paged-decode: target(q, k_cache, v_cache, block_table, seq_lens, *, sm_scale, kv
   return_lse   also return lse [B, Hq] fp32; the convention's default expectation is natural log
                (base e), laid out [tokens, heads]; a target may declare another via __probe_declares__
   out          [B, Hq, D], q's dtype
+  empty/padded a request with seq_lens 0 (an empty sequence, or a padded row) holds out 0 and an LSE
+               of -inf or any value <= -1e4 (no weight in a merge; FlashInfer writes -5e4). NaN/inf
+               there is a mismatch (`nan-on-empty` in lse/dcp, `nan-in-padding` in padding), as is
+               NaN/inf anywhere a hypothesis is finite (`non-finite`), unless the target declares
+               it: __probe_declares__ = {"empty": "nan-on-empty", "padding": "nan-in-padding"}
+  block_table  entries are a shuffled draw: none equals b * width + j, so a target that ignores the
+               table (`block-table-ignored`) is named; the cache holds B * width blocks so that read
+               stays in bounds
 A control missing from the target's signature makes the probes that need it "not-checkable".
 Optional two-phase entry points (used by graph-capture): plan(block_table, seq_lens, *, sm_scale,
 kv_layout, num_qo_heads, num_kv_heads, head_dim, page_size, q_dtype, kv_dtype) and
@@ -46,7 +54,10 @@ class TorchPagedDecode:
         return self.run(q, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale, return_lse=return_lse)
 
     def plan(self, block_table: Any, seq_lens: Any, *, sm_scale: float, kv_layout: str = "NHD", **_: Any) -> None:
-        self._meta = {"block_table": block_table, "seq_lens": seq_lens, "sm_scale": sm_scale, "kv_layout": kv_layout}
+        # like a real plan(): metadata is read here, outside any graph capture (lengths on the
+        # host, a private copy of the table), so run() never reads the caller's tensors on the host
+        self._meta = {"block_table": block_table.clone(), "seq_lens": seq_lens.to("cpu", copy=True), "sm_scale": sm_scale,
+                      "kv_layout": kv_layout}
 
     def run(self, q: Any, k_cache: Any, v_cache: Any, *, k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
         from probes import reference
