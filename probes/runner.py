@@ -2,6 +2,7 @@
 # crash inside the kernel, broken probe inputs) into a ProbeOutcome; `python -m probes` calls it.
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 
@@ -32,6 +33,9 @@ def run_one(probe: str, family: str, target: str, ctx: ProbeContext) -> ProbeOut
         return ProbeOutcome(**base, verdict="skipped", device=device, skipped_reason=str(exc))
     except Exception as exc:
         return ProbeOutcome(**base, verdict="error", device=device, skipped_reason=f"target could not be loaded: {type(exc).__name__}: {exc}", evidence=(_tail(),))
+    shim = sys.modules.get("probes.families._maca_shim")  # present once a port op was loaded
+    if shim is not None:
+        shim.reset()
     try:
         out = spec.run(tgt, ctx)
     except ProbeSkip as exc:
@@ -46,7 +50,9 @@ def run_one(probe: str, family: str, target: str, ctx: ProbeContext) -> ProbeOut
         out = ProbeOutcome(**base, verdict="error", skipped_reason=f"target raised {type(exc).__name__}: {str(exc)[:500]}", evidence=(f"target signature: {target}{tgt.signature}", _tail()))
     from dataclasses import replace
 
-    return replace(out, device={**device, **out.device}, seconds=round(time.perf_counter() - t0, 3))
+    shim = sys.modules.get("probes.families._maca_shim")
+    extra = shim.evidence() if shim is not None else ()
+    return replace(out, device={**device, **out.device}, seconds=round(time.perf_counter() - t0, 3), evidence=(*out.evidence, *extra))
 
 
 def _tail() -> str:

@@ -48,7 +48,8 @@ def reference_local_seq_lens(seq_lens: Any, dcp_size: int = 1, dcp_rank: int | N
     return full if dcp_rank is None else full[:, dcp_rank]
 
 
-BUILTIN = ("torch-reference:base-e", "torch-reference:base-2", "flashinfer:merge_state", "vllm-triton:merge_attn_states")
+BUILTIN = ("torch-reference:base-e", "torch-reference:base-2", "flashinfer:merge_state", "vllm-triton:merge_attn_states",
+           "port-triton:merge_attn_states")
 
 
 def load(spec: str, ctx: ProbeContext) -> Target:
@@ -56,7 +57,7 @@ def load(spec: str, ctx: ProbeContext) -> Target:
         fn = _merge("2" if spec.endswith("base-2") else "e")
         sig, controls = inspect_controls(fn, ())
         return Target(spec, NAME, fn, sig, controls, declares=dict(fn.__probe_declares__))
-    if spec == "vllm-triton:merge_attn_states":
+    if spec.endswith("-triton:merge_attn_states"):
         from probes.families.vllm_ops import load_merge
 
         return load_merge(spec, ctx, NAME)

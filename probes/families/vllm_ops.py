@@ -16,15 +16,23 @@ OPS = {
     "vllm-triton:decode_attention_fwd": ("vllm", "vllm/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd"),
     "port-triton:decode_attention_fwd": ("port", "vllm_metax/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd"),
     "vllm-triton:merge_attn_states": ("vllm", "vllm/v1/attention/ops/triton_merge_attn_states.py", "merge_attn_states"),
+    "port-triton:merge_attn_states": ("port", "vllm_metax/v1/attention/ops/merge_attn_states.py", "merge_attn_states"),
 }
 DECODE_TARGETS = tuple(k for k in OPS if k.endswith("decode_attention_fwd"))
-MERGE_TARGETS = ("vllm-triton:merge_attn_states",)
+MERGE_TARGETS = ("vllm-triton:merge_attn_states", "port-triton:merge_attn_states")
+# What each of the port's op files imports from vLLM at call time, provided from the vLLM source tree.
+PORT_NEEDS = {"port-triton:merge_attn_states": (("vllm.v1.attention.ops.triton_merge_attn_states", "vllm-triton:merge_attn_states"),)}
 SHIMS_DOC = """\
 Import shims, installed only when `import vllm.triton_utils` / `vllm.platforms` fails in the probe
 process (each probe runs in its own process, so nothing leaks): `vllm.triton_utils` exposes the real
 `triton` and `triton.language as tl`; `vllm.platforms.current_platform` answers is_rocm()/is_out_of_tree()
 False, is_cuda() True, fp8_dtype() float8_e4m3fn, capability from torch; `vllm.logger.init_logger` is logging.getLogger.
-The op's own file is loaded by path: its kernels are the real code under test."""
+The op's own file is loaded by path: its kernels are the real code under test. The port's files (kind
+`port`) also get the MACA launch-option shim (`families/_maca_shim.py`: drops `scenario=...` and the
+other MACA-only Triton launch keywords from the port's kernels only, each removal recorded as evidence),
+and the vLLM modules they import at call time (`vllm.v1.attention.ops.triton_merge_attn_states`) are the
+files of the vLLM source tree. Under the shim `current_platform.is_out_of_tree()` is False, so the port's
+`merge_attn_states` dispatcher takes its Triton branch (on MACA it calls `vllm._custom_ops` instead)."""
 
 
 def _source_root(kind: str, ctx: ProbeContext) -> Path:
@@ -84,6 +92,40 @@ def _install_shims(notes: list[str]) -> None:
     mod("vllm.logger", init_logger=logging.getLogger)
 
 
+_LOADED: dict[Path, types.ModuleType] = {}
+
+
+def _load_file(spec: str, ctx: ProbeContext) -> tuple[types.ModuleType, Path]:
+    """Execute one op file by path under a private module name (`_probe_op_<kind>_<stem>`)."""
+    from importlib import util as import_util
+
+    kind, rel, _name = OPS[spec]
+    path = _source_root(kind, ctx) / rel
+    if not path.is_file():
+        raise ProbeSkip(f"{spec}: {path} not found")
+    if path in _LOADED:  # one worker runs every probe of a target: its kernels are built once
+        return _LOADED[path], path
+    s = import_util.spec_from_file_location(f"_probe_op_{kind}_{path.stem}", path)
+    assert s is not None and s.loader is not None
+    module = import_util.module_from_spec(s)
+    sys.modules[s.name] = module
+    s.loader.exec_module(module)
+    _LOADED[path] = module
+    return module, path
+
+
+def _register(name: str, module: types.ModuleType) -> None:
+    """Make `import name` give `module`, creating empty parent packages where missing."""
+    parts = name.split(".")
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if parent not in sys.modules:
+            sys.modules[parent] = types.ModuleType(parent)
+            sys.modules[parent].__path__ = []  # type: ignore[attr-defined]
+    sys.modules[name] = module
+    setattr(sys.modules[".".join(parts[:-1])], parts[-1], module)
+
+
 def load_op(spec: str, ctx: ProbeContext) -> tuple[Any, tuple[str, ...]]:
     kind, rel, name = OPS[spec]
     root = _source_root(kind, ctx)
@@ -95,13 +137,16 @@ def load_op(spec: str, ctx: ProbeContext) -> tuple[Any, tuple[str, ...]]:
         import triton  # noqa: F401
 
         _install_shims(notes)
-        from importlib import util as import_util
+        if kind == "port":
+            from probes.families import _maca_shim
 
-        s = import_util.spec_from_file_location(f"_probe_op_{kind}_{path.stem}", path)
-        assert s is not None and s.loader is not None
-        module = import_util.module_from_spec(s)
-        sys.modules[s.name] = module
-        s.loader.exec_module(module)
+            _maca_shim.install()
+            for mod_name, dep in PORT_NEEDS.get(spec, ()):
+                if mod_name not in sys.modules:
+                    dep_module, _ = _load_file(dep, ctx)
+                    _register(mod_name, dep_module)
+                    notes.append(f"{mod_name} provided from {_source_root(OPS[dep][0], ctx) / OPS[dep][1]}")
+        module, _ = _load_file(spec, ctx)
     except ProbeSkip:
         raise
     except Exception as exc:  # the import error is the result: a skip that says why
