@@ -14,10 +14,10 @@ from probes.families import _maca_shim
 class _FakeJIT:
     """Stock Triton's launch contract: an unknown keyword is a KeyError."""
 
-    def __init__(self, fn):  # noqa: ANN001
+    def __init__(self, fn):
         self.fn = fn
 
-    def run(self, *args, grid, warmup, **kwargs):  # noqa: ANN002, ANN003, ANN201
+    def run(self, *args, grid, warmup, **kwargs):
         for k in kwargs:
             if k not in ("num_warps", "num_stages", "BLOCK"):
                 raise KeyError(f"Keyword argument {k} was specified but unrecognised")
@@ -39,7 +39,7 @@ def fake_triton(monkeypatch: pytest.MonkeyPatch) -> type:
     return jit.JITFunction
 
 
-def _kernel(module: str, name: str):  # noqa: ANN202
+def _kernel(module: str, name: str):
     def fn() -> None: ...
 
     fn.__module__, fn.__name__ = module, name
