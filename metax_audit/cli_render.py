@@ -54,15 +54,31 @@ def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
 
 
 def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]) -> None:
-    t = Table(title="probes", show_edge=False)
-    for col in ("probe", "family", "target", "verdict", "matched", "expected", "worst error", "note"):
-        t.add_column(col)
-    for r in results:
-        err = "" if r.worst_error is None else f"{r.worst_error:.2e}"
-        t.add_row(r.probe, r.family, r.target, r.verdict, r.matched or "", r.expected or "", err, r.skipped_reason or "")
-    _console.print(t)
+    """A table in a terminal; elsewhere one whole line per probe (probing.probe_line: probe, family,
+    target, verdict, matched hypothesis and worst error never cut). Probes skipped because this
+    machine has no CUDA device are one line together, not one each."""
+    from metax_audit.probing import NO_DEVICE, probe_line
+
+    no_dev = [r for r in results if r.details.get("no_device")]
+    shown = [r for r in results if not r.details.get("no_device")]
+    if not _console.is_terminal:
+        for r in shown:
+            print(probe_line(r))
+    elif shown:
+        t = Table(title="probes", show_edge=False)
+        for col in ("probe", "family", "target", "verdict", "matched", "expected", "worst error", "note"):
+            t.add_column(col)
+        for r in shown:
+            err = "" if r.worst_error is None else f"{r.worst_error:.2e}"
+            t.add_row(r.probe, r.family, r.target, r.verdict, r.matched or "", r.expected or "", err, r.skipped_reason or "")
+        _console.print(t)
+    if no_dev:
+        targets = sorted({r.target for r in no_dev})
+        ran = sorted({r.target for r in shown if r.verdict != "skipped"})
+        print(f"{NO_DEVICE}: skipped {len(no_dev)} probe(s) of {', '.join(targets)} without starting them"
+              + (f"; ran on CPU: {', '.join(ran)}" if ran else "; on CPU run --backend torch-reference (graph-capture of a plan/run target: python -m probes run ... --option simulate=1)"))
     if written:
-        _console.print(f"reports: {', '.join(str(p) for p in written)}")
+        print(f"reports: {', '.join(str(p) for p in written)}")
 
 
 def render_evidence(env: dict[str, Any], changes: Sequence[str], manifest: Path | None, as_json: bool) -> None:

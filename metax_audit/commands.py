@@ -57,16 +57,14 @@ def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream
 
 def probe(*, backend: str | None, target: str | None, family: str | None, probes: Sequence[str], device: str,
           python: str | None, output_dir: Path, timeout: float) -> tuple[list[ProbeResult], list[Path]]:
-    """`metax-audit probe`: pick targets, run each probe in its own subprocess, write the results."""
+    """`metax-audit probe`: pick targets, run each target's probes in one worker subprocess, write the results."""
     from metax_audit import evidence as evidence_mod
     from metax_audit import probing
 
     pairs = [(target, family or "")] if target else probing.backend_targets(backend or "")
     if not pairs:
         raise AuditError(f"no probe targets known for backend {backend!r}")
-    results: list[ProbeResult] = []
-    for tgt, fam in pairs:
-        results += probing.run_probes(target=tgt, family=fam, probes=probes, device=device, timeout=timeout, python=python)
+    results = probing.run_targets(pairs, probes=probes, device=device, timeout=timeout, python=python)
     env = evidence_mod.collect_environment(python=python)
     written = probing.write_probe_reports(results, env, output_dir)
     return results, written

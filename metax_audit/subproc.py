@@ -145,6 +145,20 @@ def run_python(
                    input=input)
 
 
+def spawn_python(interpreter: str, args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
+                 stderr: IO[str]) -> subprocess.Popen[str]:
+    """Start `interpreter -B ARGS` with PYTHON_ENV as a long-lived worker that talks in lines over
+    stdin/stdout (the probe worker: one per target), from `cwd` (the caller's private empty
+    directory, tempdirs.make("cwd")), in a new process group so that it and anything it started
+    (JIT compilers) can be killed together. Raises SubprocessError when it cannot start."""
+    try:
+        return subprocess.Popen([interpreter, "-B", *args], cwd=cwd, env={**os.environ, **PYTHON_ENV, **(env or {})},
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, errors="replace",
+                                bufsize=1, start_new_session=True)
+    except OSError as exc:
+        raise SubprocessError(f"cannot run {interpreter!r}: {exc.strerror}") from exc
+
+
 def run_binary(args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 600) -> tuple[int, bytes, str]:
     """Like run() for a command whose stdout is binary (a tar stream): (returncode, stdout, stderr).
     A timeout is an error here: a truncated binary stream is not a usable result."""

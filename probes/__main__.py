@@ -1,5 +1,6 @@
 # `python -m probes run ...` runs one probe on one target and prints its outcome as one JSON line
-# (what metax_audit.probing runs in a subprocess, and how a user reruns one case); `list` describes.
+# (how a user reruns one case); `worker` runs every probe of one target in one process (what
+# metax_audit.probing starts, one per target); `list` describes.
 from __future__ import annotations
 
 import argparse
@@ -7,6 +8,7 @@ import json
 import sys
 
 MARKER = "PROBE-OUTCOME "
+READY = "PROBE-READY "
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--option", action="append", default=[], help="k=v passed to the probe (merge=SPEC, producer=SPEC, simulate=1)")
     r.add_argument("--json-out", help="also write the outcome to this file")
     sub.add_parser("list", help="probes, families, built-in targets and conventions as JSON")
+    w = sub.add_parser("worker", help="every probe of one target in this process: JSON jobs on stdin, one outcome line each")
+    w.add_argument("--family", required=True)
+    w.add_argument("--target", required=True)
+    w.add_argument("--device", default="auto")
+    w.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.cmd == "worker":
+        return worker(args.target, args.family, args.device, args.seed)
 
     from probes.registry import registry
 
@@ -44,6 +53,36 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(text + "\n")
     sys.stdout.flush()
     print(MARKER + text, flush=True)
+    return 0
+
+
+def worker(target: str, family: str, device: str, seed: int) -> int:
+    """One process per target: torch, CUDA and the target's modules are initialised once. Prints
+    `PROBE-READY {"loaded": bool, "error": str|null, "skipped": str|null}` after loading the target,
+    then reads one JSON job per stdin line ({"probe": NAME, "options": {...}}) and prints one
+    `PROBE-OUTCOME {json}` line for each, until stdin closes."""
+    from probes.base import ProbeContext, ProbeSkip
+    from probes.device import resolve
+    from probes.registry import load_target
+    from probes.runner import run_one
+
+    ready: dict[str, object] = {"loaded": True, "error": None, "skipped": None}
+    try:
+        load_target(target, family, ProbeContext(device=resolve(device), seed=seed))
+    except ProbeSkip as exc:
+        ready["skipped"] = str(exc)
+    except Exception as exc:  # a target that cannot be loaded: the caller stops with one line
+        ready.update(loaded=False, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+    print(READY + json.dumps(ready), flush=True)
+    if not ready["loaded"]:
+        return 0
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        outcome = run_one(job["probe"], family, target, ProbeContext(device=device, seed=seed, options=dict(job.get("options") or {})))
+        sys.stdout.flush()
+        print(MARKER + json.dumps(outcome.to_json()), flush=True)
     return 0
 
 

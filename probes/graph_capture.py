@@ -71,9 +71,17 @@ def _where(frames: Sequence[traceback.FrameSummary]) -> str:
         path = os.path.abspath(f.filename)
         if path == here or f"{os.sep}torch{os.sep}" in path or path.endswith(f"{os.sep}contextlib.py"):
             continue
-        rel = os.path.relpath(path)
-        return f"{rel if not rel.startswith('..') else path}:{f.lineno}"
+        return f"{_short(path)}:{f.lineno}"
     return "<unknown>"
+
+
+def _short(path: str) -> str:
+    """The path as imported (relative to its sys.path entry or the cwd), else absolute."""
+    import sys
+
+    roots = [os.path.abspath(p) for p in sys.path if p] + [os.getcwd()]
+    rels = [os.path.relpath(path, r) for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)]
+    return min(rels, key=len) if rels else path
 
 
 def _watch(tensors: Sequence[Any]) -> Any:

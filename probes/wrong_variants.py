@@ -185,6 +185,17 @@ def host_sync_plain_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any,
     return (out, lse) if return_lse else out
 
 
+def h2d_scale_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
+                     kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+    """Makes its unit scale with torch.tensor(1.0, device=...) inside the call, as vLLM's Triton decode
+    does for k_scale=None: a pageable host-to-device copy, which a CUDA graph capture cannot hold."""
+    import torch
+
+    one = torch.tensor(1.0, dtype=torch.float32, device=q.device)  # the host sync under test (on a GPU)
+    out, lse = _decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, kv_layout, float(one.cpu()), _f(v_scale))
+    return (out, lse) if return_lse else out
+
+
 # ragged-prefill -------------------------------------------------------------------------------
 
 
@@ -218,3 +229,27 @@ def dropped_interleave_offset_local_lens(seq_lens: Any, dcp_size: int = 1, dcp_r
     rem = sl[:, None] - base * n
     out = base + torch.clamp(rem - ranks[None, :], 0, i)
     return out if dcp_rank is None else out[:, 0]
+
+
+# worker robustness -----------------------------------------------------------------------------
+
+
+def misbehaving_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
+                       kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
+    """Right, except that it hangs when given FP8 scales and kills its process (exit 7, after a line
+    on stderr) when asked for 6 query heads: the probe worker must record both and carry on. Writes
+    its pid to $PROBE_TEST_PIDFILE so a test can check that no process is left behind."""
+    import os
+    import sys
+    import time
+
+    if os.environ.get("PROBE_TEST_PIDFILE"):
+        with open(os.environ["PROBE_TEST_PIDFILE"], "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()}\n")
+    if k_scale is not None:
+        time.sleep(3600)
+    if q.shape[1] == 6:
+        print("misbehaving_decode: dying on purpose", file=sys.stderr, flush=True)
+        os._exit(7)
+    out, lse = _decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, kv_layout, _f(k_scale), _f(v_scale))
+    return (out, lse) if return_lse else out

@@ -6,7 +6,8 @@ import importlib.util
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+# Warnings raised inside the kernel stack (FlashInfer's JIT, torch's extension loader) are not ours.
+pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("default")]
 
 
 def _cuda() -> bool:
@@ -46,3 +47,20 @@ def test_flashinfer_decode_lse_is_base2_and_dcp_pairs() -> None:
     assert good.verdict == "matched"
     graph = run_one("graph-capture", "paged-decode", fi, ProbeContext(device="cuda"))
     assert graph.matched == "follows-new-inputs"
+
+
+@needs_cuda
+@pytest.mark.parametrize(("target", "needle"), [("probes.wrong_variants:HostSyncDecode()", 'int(m["seq_lens"][b])'),
+                                                 ("probes.wrong_variants:h2d_scale_decode", "torch.tensor(1.0")])
+def test_host_sync_during_capture_is_named_on_gpu(target: str, needle: str) -> None:
+    import inspect
+
+    from probes import wrong_variants
+    from probes.base import ProbeContext
+    from probes.runner import run_one
+
+    out = run_one("graph-capture", "paged-decode", target, ProbeContext(device="cuda"))
+    assert out.verdict == "mismatch" and (out.matched or "").startswith("not-capturable: host sync at "), (out.matched, out.skipped_reason)
+    line = int(out.matched.rsplit(":", 1)[1])
+    lines = inspect.getsource(wrong_variants).splitlines()
+    assert needle in lines[line - 1], lines[line - 1]

@@ -15,7 +15,35 @@ def import_flashinfer() -> Any:
         import flashinfer
     except Exception as exc:  # not installed, or its import needs a CUDA toolkit
         raise ProbeSkip(f"flashinfer not importable: {type(exc).__name__}: {exc}") from exc
+    _serialise_jit_builds()
     return flashinfer
+
+
+def _serialise_jit_builds() -> None:
+    """FlashInfer 0.2.x runs every JIT module's ninja in one shared directory (cached_ops, one
+    .ninja_log/.ninja_deps) under a lock per module only. Probe workers of several targets run side
+    by side, and two ninjas writing those files at once lose the build records: the next process
+    rebuilds every module (seen on the H200: a warm run as slow as a cold one). One lock around
+    every ninja run of this process, shared with the other workers through the file system, keeps
+    the records whole. A FlashInfer without `jit.core.run_ninja` is left as it is."""
+    try:
+        from filelock import FileLock
+        from flashinfer.jit import core
+        from flashinfer.jit import env as jit_env
+    except Exception:
+        return
+    original = getattr(core, "run_ninja", None)
+    if original is None or getattr(original, "_probe_lock", False):
+        return
+    lock_path = jit_env.FLASHINFER_JIT_DIR / "metax-audit-probe-ninja.lock"
+
+    def run_ninja(*args: Any, **kwargs: Any) -> Any:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(lock_path), thread_local=False):
+            return original(*args, **kwargs)
+
+    run_ninja._probe_lock = True  # type: ignore[attr-defined]
+    core.run_ninja = run_ninja
 
 
 def require_cuda(device: str) -> None:

@@ -141,11 +141,15 @@ def load_op(spec: str, ctx: ProbeContext) -> tuple[Any, tuple[str, ...]]:
             from probes.families import _maca_shim
 
             _maca_shim.install()
+            notes.append("MACA launch-option shim installed (probes/families/_maca_shim.py): MACA-only launch keywords "
+                         "of the port's kernels are removed, and each outcome says which")
             for mod_name, dep in PORT_NEEDS.get(spec, ()):
                 if mod_name not in sys.modules:
                     dep_module, _ = _load_file(dep, ctx)
                     _register(mod_name, dep_module)
-                    notes.append(f"{mod_name} provided from {_source_root(OPS[dep][0], ctx) / OPS[dep][1]}")
+                notes.append(f"{mod_name} provided from {_source_root(OPS[dep][0], ctx) / OPS[dep][1]}; the port's dispatcher "
+                             "takes its Triton branch here (current_platform.is_out_of_tree() is False under the shim; on MACA "
+                             "it calls vllm._custom_ops.merge_attn_states)")
         module, _ = _load_file(spec, ctx)
     except ProbeSkip:
         raise
