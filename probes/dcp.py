@@ -145,6 +145,10 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     if target.family == "merge-states":
         producer = load_target(ctx.options.get("producer", "torch-reference"), "paged-decode", ctx)
         return _attention_pair(producer, target, target, ctx)
+    if ctx.options.get("world_size"):  # real ranks: N processes, the reduction with its collectives
+        from probes.dcp_ranks import run_ranks
+
+        return run_ranks(target, ctx)
     merger = load_target(ctx.options.get("merge", "torch-reference:base-e"), "merge-states", ctx)
     return _attention_pair(target, merger, target, ctx)
 

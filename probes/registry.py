@@ -12,7 +12,7 @@ from typing import Any
 from probes.base import FamilySpec, ProbeContext, ProbeSpec, Target, inspect_controls
 
 # Modules that hold machinery, not probes: skipped by discovery to keep imports cheap.
-_NOT_PROBES = {"vllm_ops", "base", "registry", "reference", "wrong_variants", "device", "runner", "report", "__main__"}
+_NOT_PROBES = {"vllm_ops", "dcp_ranks", "base", "registry", "reference", "wrong_variants", "device", "runner", "report", "__main__"}
 
 
 @dataclass

@@ -253,3 +253,12 @@ def misbehaving_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq
         os._exit(7)
     out, lse = _decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, kv_layout, _f(k_scale), _f(v_scale))
     return (out, lse) if return_lse else out
+
+
+def interleave_ignored_local_lens(seq_lens: Any, dcp_size: int = 1, dcp_rank: int | None = None,
+                                  cp_kv_cache_interleave_size: int = 1) -> Any:
+    """Per-rank KV lengths computed as if tokens were dealt one by one (interleave 1), whatever the
+    interleave size the cache was sharded with."""
+    from probes.families.merge_states import reference_local_seq_lens
+
+    return reference_local_seq_lens(seq_lens, dcp_size, dcp_rank, 1)

@@ -17,6 +17,9 @@ OPS = {
     "port-triton:decode_attention_fwd": ("port", "vllm_metax/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd"),
     "vllm-triton:merge_attn_states": ("vllm", "vllm/v1/attention/ops/triton_merge_attn_states.py", "merge_attn_states"),
     "port-triton:merge_attn_states": ("port", "vllm_metax/v1/attention/ops/merge_attn_states.py", "merge_attn_states"),
+    # DCP cross-rank reductions (probes/dcp_ranks.py): Triton kernels plus collectives through a group object
+    "vllm-triton:cp_lse_ag_out_rs": ("vllm", "vllm/v1/attention/ops/common.py", "cp_lse_ag_out_rs"),
+    "vllm-triton:dcp_a2a_lse_reduce": ("vllm", "vllm/v1/attention/ops/dcp_alltoall.py", "dcp_a2a_lse_reduce"),
 }
 DECODE_TARGETS = tuple(k for k in OPS if k.endswith("decode_attention_fwd"))
 MERGE_TARGETS = ("vllm-triton:merge_attn_states", "port-triton:merge_attn_states")
@@ -25,7 +28,8 @@ PORT_NEEDS = {"port-triton:merge_attn_states": (("vllm.v1.attention.ops.triton_m
 SHIMS_DOC = """\
 Import shims, installed only when `import vllm.triton_utils` / `vllm.platforms` fails in the probe
 process (each probe runs in its own process, so nothing leaks): `vllm.triton_utils` exposes the real
-`triton` and `triton.language as tl`; `vllm.platforms.current_platform` answers is_rocm()/is_out_of_tree()
+`triton` and `triton.language as tl`; `vllm.distributed.parallel_state.GroupCoordinator` is a bare name (the
+DCP reductions only annotate with it); `vllm.platforms.current_platform` answers is_rocm()/is_out_of_tree()
 False, is_cuda() True, fp8_dtype() float8_e4m3fn, capability from torch; `vllm.logger.init_logger` is logging.getLogger.
 The op's own file is loaded by path: its kernels are the real code under test. The port's files (kind
 `port`) also get the MACA launch-option shim (`families/_maca_shim.py`: drops `scenario=...` and the
@@ -90,6 +94,8 @@ def _install_shims(notes: list[str]) -> None:
     mod("vllm.triton_utils", triton=triton, tl=tl)
     mod("vllm.platforms", current_platform=_Platform())
     mod("vllm.logger", init_logger=logging.getLogger)
+    mod("vllm.distributed", __path__=[])
+    mod("vllm.distributed.parallel_state", GroupCoordinator=object)  # a type annotation only; probes/dcp_ranks.Group is passed
 
 
 _LOADED: dict[Path, types.ModuleType] = {}
