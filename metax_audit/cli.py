@@ -216,6 +216,7 @@ def probe(
     python: PythonOpt = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", help="Where probe reports go.")] = Path("reports/probes"),
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per probe subprocess.")] = 300.0,
+    world_size: Annotated[int, typer.Option("--world-size", help="dcp across N real ranks (torch.distributed: NCCL on GPUs, gloo on CPU); 0: simulated on one device.")] = 0,
 ) -> None:
     """Run discriminating probes (lse, layout, fp8-scale, dcp, query-count, padding, graph-capture, h2o)."""
     from metax_audit.commands import probe as run_probe
@@ -227,7 +228,8 @@ def probe(
     with _Guard():
         results, written = run_probe(backend=backend, target=target, family=family,
                                      probes=tuple(p for p in probes.split(",") if p), device=device,
-                                     python=python, output_dir=output_dir, timeout=timeout)
+                                     python=python, output_dir=output_dir, timeout=timeout,
+                                     options={"world_size": str(world_size)} if world_size else None)
     from metax_audit.cli_render import render_probe_results
 
     render_probe_results(results, written)

@@ -2,7 +2,7 @@
 # parsed options, runs the stages it needs in the review's order, and returns what the CLI renders.
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +56,8 @@ def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream
 
 
 def probe(*, backend: str | None, target: str | None, family: str | None, probes: Sequence[str], device: str,
-          python: str | None, output_dir: Path, timeout: float) -> tuple[list[ProbeResult], list[Path]]:
+          python: str | None, output_dir: Path, timeout: float,
+          options: Mapping[str, str] | None = None) -> tuple[list[ProbeResult], list[Path]]:
     """`metax-audit probe`: pick targets, run each target's probes in one worker subprocess, write the results."""
     from metax_audit import evidence as evidence_mod
     from metax_audit import probing
@@ -64,7 +65,7 @@ def probe(*, backend: str | None, target: str | None, family: str | None, probes
     pairs = [(target, family or "")] if target else probing.backend_targets(backend or "")
     if not pairs:
         raise AuditError(f"no probe targets known for backend {backend!r}")
-    results = probing.run_targets(pairs, probes=probes, device=device, timeout=timeout, python=python)
+    results = probing.run_targets(pairs, probes=probes, device=device, timeout=timeout, python=python, options=options)
     env = evidence_mod.collect_environment(python=python)
     written = probing.write_probe_reports(results, env, output_dir)
     return results, written

@@ -149,9 +149,10 @@ def run_probes(
 
 
 def run_targets(pairs: Sequence[tuple[str, str]], *, probes: Sequence[str], device: str = "auto", timeout: float = 300,
-                python: str | None = None) -> list[ProbeResult]:
-    """run_probes for several (target, family) pairs, one worker each (side by side on a GPU)."""
-    groups = [(t, *_jobs(t, f or None, probes, None)) for t, f in pairs]
+                python: str | None = None, options: Mapping[str, str] | None = None) -> list[ProbeResult]:
+    """run_probes for several (target, family) pairs, one worker each (side by side on a GPU);
+    `options` go to every probe (e.g. world_size for dcp across real ranks)."""
+    groups = [(t, *_jobs(t, f or None, probes, options)) for t, f in pairs]
     return run_many(groups, device=device, timeout=timeout, python=python, strict=True)
 
 

@@ -65,3 +65,15 @@ def test_vllm_reductions_skip_on_cpu() -> None:
     out = run_one("dcp", "paged-decode", "torch-reference",
                   ProbeContext(device="cpu", options={"world_size": "2", "reduction": "vllm:cp_lse_ag_out_rs"}))
     assert out.verdict == "skipped" and "CUDA" in (out.skipped_reason or "")
+
+
+def test_probe_command_world_size(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from metax_audit.cli import app
+
+    r = CliRunner().invoke(app, ["probe", "--target", f"{WV}:log2_lse_decode", "--family", "paged-decode", "--probes", "dcp",
+                                 "--world-size", "2", "--device", "cpu", "--output-dir", str(tmp_path)])
+    assert r.exit_code == 1, r.output
+    assert "mismatch probe=dcp family=paged-decode" in r.output and "matched=producer-base-2/reduce-base-e" in r.output
+    assert "options=world_size=2" in r.output
