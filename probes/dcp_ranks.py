@@ -203,13 +203,12 @@ class Group:
     def reduce_scatter(self, t: Any, dim: int = 0) -> Any:
         import torch.distributed as dist
 
-        full = self.all_reduce(t)
         if self._backend == "nccl":  # the real collective, as vLLM's device communicator uses
             chunks = list(t.movedim(dim, 0).contiguous().chunk(self.world_size))
             out = chunks[0].new_empty(chunks[0].shape)
             dist.reduce_scatter(out, [c.contiguous() for c in chunks])
             return out.movedim(0, dim)
-        return full.chunk(self.world_size, dim=dim)[self.rank_in_group].contiguous()
+        return self.all_reduce(t).chunk(self.world_size, dim=dim)[self.rank_in_group].contiguous()
 
 
 def torch_reference_reduce(base: str) -> Any:
