@@ -142,6 +142,26 @@ def build(family: str, *, device: str, seed: int, seq_lens: list[int], qo_lens: 
     return Scenario(family, q.to(device), k, v, sl.to(device), None if ql is None else ql.to(device), bt.to(device), layout, scale)
 
 
+def page_tokens(tokens: list[Any], page: int, device: str) -> tuple[Any, Any, Any]:
+    """Page a list of per-request [L, H, D] tensors into an NHD cache through a shuffled block
+    table (no entry at its identity position; B * width blocks, so an identity read stays in
+    bounds). A request with no tokens on this rank gets no pages and length 0."""
+    import torch
+
+    h, d = tokens[0].shape[1], tokens[0].shape[2]
+    pages = [-(-t.shape[0] // page) for t in tokens]
+    width = max(max(pages), 1) + 1
+    n_blocks = max(sum(pages) + 1, len(tokens) * width)
+    bt, _ = shuffled_table(pages, width, n_blocks, torch.Generator().manual_seed(sum(pages) + 7 * width))
+    cache = torch.zeros(n_blocks, page, h, d, dtype=tokens[0].dtype)
+    for b, t in enumerate(tokens):
+        for p in range(pages[b]):
+            chunk = t[p * page : (p + 1) * page]
+            cache[int(bt[b, p]), : chunk.shape[0]] = chunk
+    lens = torch.tensor([t.shape[0] for t in tokens], dtype=torch.int32)
+    return cache.to(device), bt.to(device), lens.to(device)
+
+
 def shuffled_table(pages: list[int], width: int, n_blocks: int, g: Any, *, holes: bool = True) -> tuple[Any, list[int]]:
     """A block table [B, width] whose used entries are a random draw of distinct blocks, none at
     its identity position (b * width + j), so a kernel ignoring the table cannot match by luck.

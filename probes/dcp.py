@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from probes import _scenario as sc
 from probes.base import ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
 from probes.registry import load_target
 
@@ -16,28 +17,6 @@ LENS = (37, 64, 45, 5)  # the last request has no KV on ranks 1-3 at interleave 
 
 def owner(t: int, ranks: int, interleave: int) -> int:
     return (t // interleave) % ranks
-
-
-def _page(tokens: list[Any], page: int, device: str) -> tuple[Any, Any, Any]:
-    """Page a list of per-request [L, H, D] tensors into an NHD cache through a shuffled block
-    table (no entry at its identity position; B * width blocks, so an identity read stays in
-    bounds). A request with no tokens on this rank gets no pages and length 0."""
-    import torch
-
-    from probes._scenario import shuffled_table
-
-    h, d = tokens[0].shape[1], tokens[0].shape[2]
-    pages = [-(-t.shape[0] // page) for t in tokens]
-    width = max(max(pages), 1) + 1
-    n_blocks = max(sum(pages) + 1, len(tokens) * width)
-    bt, _ = shuffled_table(pages, width, n_blocks, torch.Generator().manual_seed(sum(pages) + 7 * width))
-    cache = torch.zeros(n_blocks, page, h, d, dtype=tokens[0].dtype)
-    for b, t in enumerate(tokens):
-        for p in range(pages[b]):
-            chunk = t[p * page : (p + 1) * page]
-            cache[int(bt[b, p]), : chunk.shape[0]] = chunk
-    lens = torch.tensor([t.shape[0] for t in tokens], dtype=torch.int32)
-    return cache.to(device), bt.to(device), lens.to(device)
 
 
 def _simulate(producer: Target, merger: Target, ctx: ProbeContext, ranks: int, interleave: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
@@ -67,8 +46,8 @@ def _simulate(producer: Target, merger: Target, ctx: ProbeContext, ranks: int, i
         sel = [[t for t in range(L) if owner(t, ranks, interleave) == r] for L in seq_lens]
         lk = [ks[b][sel[b]] for b in range(B)]
         lv = [vs[b][sel[b]] for b in range(B)]
-        kc, bt, lens = _page(lk, page, ctx.device)
-        vc, _, _ = _page(lv, page, ctx.device)
+        kc, bt, lens = sc.page_tokens(lk, page, ctx.device)
+        vc, _, _ = sc.page_tokens(lv, page, ctx.device)
         res = producer(q.to(ctx.device), kc, vc, bt, lens, sm_scale=scale, return_lse=True)
         if not isinstance(res, tuple | list) or len(res) < 2:
             from probes.base import ControlAbsent

@@ -327,7 +327,7 @@ def rank_cases(rank: int, n: int, producer: Target, reduce: Any, group: Group, c
     import torch
 
     from probes import reference
-    from probes.dcp import _page
+    from probes._scenario import page_tokens
     from probes.reference import LN2
 
     scale = 1.0 / math.sqrt(D)
@@ -357,8 +357,8 @@ def rank_cases(rank: int, n: int, producer: Target, reduce: Any, group: Group, c
         # this rank's producer call, over its shard paged through a shuffled block table
         mine_k = [_local(ks[b][shard[rank][b]], lens[rank][b]) for b in range(len(LENS))]
         mine_v = [_local(vs[b][shard[rank][b]], lens[rank][b]) for b in range(len(LENS))]
-        kc, bt, sl = _page(mine_k, PAGE, ctx.device)
-        vc, _, _ = _page(mine_v, PAGE, ctx.device)
+        kc, bt, sl = page_tokens(mine_k, PAGE, ctx.device)
+        vc, _, _ = page_tokens(mine_v, PAGE, ctx.device)
         res = producer(q.to(ctx.device), kc, vc, bt, sl, sm_scale=scale, return_lse=True)
         out = reduce(res[0], res[1], group)
         empty = any(len({owner(t, n, inter) for t in range(L)}) < n for L in LENS)
