@@ -120,7 +120,7 @@ def run_ranks(producer: Target, ctx: ProbeContext) -> ProbeOutcome:
             else:
                 outs.append(None)
     seconds = round(time.monotonic() - t0, 2)
-    base = {"probe": "dcp", "family": producer.family, "target": producer.name}
+    base: dict[str, Any] = {"probe": "dcp", "family": producer.family, "target": producer.name}
     facts = {"world_size": n, "backend": backend, "reduction": reduction, "seconds": seconds}
     if failed is None:
         failed = next((r for r, o in enumerate(outs) if o is None or "error" in o), None)
@@ -132,14 +132,18 @@ def run_ranks(producer: Target, ctx: ProbeContext) -> ProbeOutcome:
         return ProbeOutcome(**base, verdict="error", skipped_reason=f"dcp across {n} ranks ({backend}, reduction {reduction}): {why}",
                             evidence=(*(f"rank {r} stderr tail: {t[-600:]}" for r, t in enumerate(tails) if t.strip() or r == failed),
                                       *((outs[failed] or {}).get("traceback", ""),)), details=facts)
-    cases = [CaseResult(**{**c, "errors": {h: HypothesisError(**{k: float(v) if isinstance(v, str) else v for k, v in e.items()})
-                                           for h, e in c["errors"].items()}}) for c in outs[0]["cases"]]
+    cases = [CaseResult(**{**c, "errors": {h: _error(e) for h, e in c["errors"].items()}}) for c in outs[0]["cases"]]
     agree = all([c["matched"] for c in o["cases"]] == [c.matched for c in cases] for o in outs)
     details = {"world_size": n, "backend": backend, "reduction": reduction, "producer declares": producer.declares.get("lse", "(nothing)"),
                "ranks agree": agree, "per rank matched": {r: [c["matched"] for c in o["cases"]] for r, o in enumerate(outs)},
                "wall seconds (all ranks)": seconds, **outs[0].get("facts", {})}
     evidence = (f"{n} processes, torch.distributed {backend} on 127.0.0.1:{port}; reduction {reduction}: {outs[0].get('reduction_note', '')}",)
     return conclude("dcp", producer, cases, expected="consistent", tol=TOL, details=details, evidence=evidence)
+
+
+def _error(e: dict[str, Any]) -> HypothesisError:
+    """A HypothesisError back from a rank's JSON ("inf" strings are floats again)."""
+    return HypothesisError(abs=float(e["abs"]), rel=float(e["rel"]), within=bool(e["within"]), shape_ok=bool(e.get("shape_ok", True)))
 
 
 def _wait(procs: list[Any], timeout: float) -> tuple[int | None, str]:
