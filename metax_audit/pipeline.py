@@ -296,6 +296,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     upstream, base = _upstream_stage(st)
     symbols = _symbols(st, upstream, base)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
+    binding = background.fork(partial(_binding_checks, discovery, trace, symbols))  # beside compare
     # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
     contracts = _project_contracts()
     dataflow = background.fork(partial(_dataflow, discovery, st.config, contracts))
@@ -304,7 +305,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     collect_facts = _introspect(discovery, trace, st.config, replace(st.options, static_roots=static_roots), st.run,
                                 st.progress, background)
     comparison = _compare_stage(st, discovery, upstream, base)
-    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, symbols)
+    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding.result)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
@@ -402,6 +403,12 @@ def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | No
                              base_root=base.root if base else None, base_version=base.version if base else None)
 
 
+def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable) -> list[Finding]:
+    from metax_audit.checks import binding_checks
+
+    return binding_checks(discovery, trace, symbols)
+
+
 def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, symbols: SymbolTable | None = None,
                  ) -> tuple[Discovery, TraceResult]:
     """The traced backends; the discovery widened by the port files the trace reached."""
@@ -437,7 +444,7 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
 
 def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, comparison: Comparison | None,
                   upstream: UpstreamInfo | None, collect_facts: Callable[[], StackFacts | None],
-                  symbols: SymbolTable | None = None) -> StackFacts | None:
+                  binding: Callable[[], list[Finding]] = list) -> StackFacts | None:
     """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
     with st.run.stage("checks", st.progress) as notes:
         from metax_audit.checks import checks_for_review
@@ -446,7 +453,7 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
 
         up_calls = _upstream_calls(comparison, upstream, st.config)
         facts = collect_facts()
-        found = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, symbols=symbols))
+        found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls), *binding()]
         st.run.findings = absorb_consequences([*st.run.findings, *found])
         notes.append(f"{len(found)} findings")
         st.run.findings += check_inactive_paths(discovery, comparison, trace)  # counted with the report's files

@@ -14,7 +14,7 @@ from metax_audit.trace.symbols import Status, SymbolTable
 
 UPSTREAM = {
     "up/__init__.py": "",
-    "up/core.py": "def kept():\n    pass\n\nclass Base:\n    pass\n",
+    "up/core.py": "def kept():\n    pass\n\nclass Base:\n    def nested_only(self):\n        pass\n# old_name was here\n",
     "up/lazy.py": "def __getattr__(name):\n    return name\n",
     "up/reexport.py": "from up.core import *\n",
     "up/pkg/__init__.py": "from .impl import Impl\n__all__ = ['Impl']\n",
@@ -42,6 +42,7 @@ CASES = [
     Case("defined", "from up.core import kept\n", None),
     Case("missing-name", "from up.core import kep\n", Severity.ERROR, "closest existing names: kept"),
     Case("removed-since-base", "from up.core import removed_helper\n", Severity.ERROR, "the base release defines it"),
+    Case("mentioned-in-comment", "from up.core import old_name\n", Severity.ERROR),
     Case("module-getattr", "from up.lazy import anything\n", None),
     Case("star-reexport", "from up.reexport import Base\n", None),
     Case("star-reexport-missing", "from up.reexport import Nope\n", Severity.ERROR),
@@ -125,6 +126,9 @@ def test_lookup_answers(tmp_path: Path) -> None:
     _, symbols = _setup(tmp_path, "")
     assert symbols.lookup_import("up.lazy", "x").status is Status.DYNAMIC
     assert symbols.lookup_import("up.pkg", "extra").status is Status.SUBMODULE
-    assert symbols.lookup_import("up.core", "kept").where == "up/core.py:1"
+    assert symbols.lookup_import("up.core", "kept").status is Status.DEFINED  # from a definition line, unparsed
+    assert not symbols.index.parsed("up.core")
+    symbols.index.get("up.core")
+    assert symbols.lookup_import("up.core", "kept").where == "up/core.py:1"  # exact once parsed
     assert symbols.at_base("up.core", "removed_helper") is True and symbols.at_base("up.core", "kept") is True
     assert symbols.at_base("port.own", "mine") is None  # the base is upstream's only

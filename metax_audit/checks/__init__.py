@@ -34,7 +34,6 @@ def checks_for_review(
     facts: StackFacts | None,
     *,
     upstream_calls: Sequence[CallSite] = (),
-    symbols: SymbolTable | None = None,
 ) -> Iterator[Finding]:
     """The stack checks (signature, kwargs-swallowed, import, graph-capture, claim).
 
@@ -44,9 +43,15 @@ def checks_for_review(
     if facts is None:
         facts = StackFacts(python="", captured_at="", host="", facts={}, source="none")
     yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls)
-    if symbols is not None:
-        # The binding checks ask the review's one symbol table (port, upstream, base, stack).
-        from metax_audit.checks.imports import check_port_imports
 
-        symbols.attach_stack(facts)
-        yield from check_port_imports(discovery, symbols)
+
+def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable) -> list[Finding]:
+    """Imports, attributes and call bindings of port code against port and upstream sources, asked of
+    the review's one symbol table. Needs no stack facts (kernel imports and calls are the stack
+    checks' part), so the pipeline runs it beside compare and introspection."""
+    from metax_audit.checks.attributes import check_attributes
+    from metax_audit.checks.binding import check_bindings
+    from metax_audit.checks.imports import check_port_imports
+
+    return [*check_port_imports(discovery, symbols), *check_bindings(discovery.root, trace, symbols),
+            *check_attributes(discovery, symbols)]

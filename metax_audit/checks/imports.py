@@ -247,13 +247,15 @@ def _future_annotations(info: ModuleInfo) -> bool:
 
 
 FAILS_WITH = "fails with it: "  # evidence prefix of a use that breaks because of the finding's import
+READ = "read: "  # evidence prefix of an attribute read that fails (MXA125/126)
+_ROOT_CAUSES = frozenset({"MXA122", "MXA125", "MXA126"})
 
 
 def absorb_consequences(findings: list[Finding]) -> list[Finding]:
-    """One finding per root cause: an unresolved-call finding (MXA054) on a line that a broken
-    import's evidence lists as failing with it is that import's consequence, not a second finding."""
-    lines = {ev[len(FAILS_WITH):].split(": ", 1)[0] for f in findings if f.rule == "MXA122"
-             for ev in f.evidence if ev.startswith(FAILS_WITH)}
+    """One finding per root cause: an unresolved-call finding (MXA054) on a line that a broken import
+    or attribute lists as failing with it is that root cause's consequence, not a second finding."""
+    lines = {ev.split(": ", 2)[1] for f in findings if f.rule in _ROOT_CAUSES
+             for ev in f.evidence if ev.startswith((FAILS_WITH, READ))}
     return [f for f in findings if not (f.rule == "MXA054" and f"{f.location.path}:{f.location.line}" in lines)]
 
 

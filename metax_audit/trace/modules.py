@@ -171,6 +171,23 @@ class ModuleIndex:
         return sorted(p.stem if p.suffix == ".py" else p.name for p in entries
                       if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
 
+    def parsed(self, name: str) -> bool:
+        """Was the module parsed already (by the trace or an earlier question)?"""
+        return self._cache.get(name) is not None
+
+    def text_of(self, name: str) -> str | None:
+        """The source text of a module without parsing it (cached; None when there is no such file)."""
+        found = self._file_for(name)
+        if found is None:
+            return None
+        key = str(found[1])
+        if key not in self._texts:
+            try:
+                self._texts[key] = found[1].read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return None
+        return self._texts[key]
+
     def get(self, name: str) -> ModuleInfo | None:
         if name in self._cache:
             return self._cache[name]

@@ -604,7 +604,14 @@ class Resolver:
         f = call.func
         if isinstance(f, ast.Name) and f.id == "super" and scope.owner is not None and "super" not in scope.info.defs:
             inst = self.name(scope.node.args.args[0].arg, scope, depth + 1) if scope.node is not None and scope.node.args.args else (Inst(scope.owner),)
-            return (Super(scope.owner, inst[0] if inst else Inst(scope.owner)),)
+            start = scope.owner
+            if call.args:
+                # super(X, self): the lookup starts after X in self's MRO, not after the enclosing class.
+                named = [v for v in self.eval(call.args[0], scope, depth + 1) if isinstance(v, Cls)]
+                if not named:
+                    return (Unknown(f"super() of {_short(call.args[0])}, a class the audit cannot read"),)
+                start = named[0]
+            return (Super(start, inst[0] if inst else Inst(scope.owner)),)
         fvals = self.materialize(self.callee(f, scope, depth + 1), depth)
         out: list[Val] = []
         for fv in fvals:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +20,7 @@ from metax_audit.trace.resolve import Resolver
 #   symbols.module_names(info)            -> every name bound at a module's top level, with its line
 #   symbols.params(func_node, bound=True) -> the static parameter list, as the installed check reads it
 #   symbols.attach_stack(facts)           -> the kernel stack's facts, once introspection is done
+#   symbols.base_resolver()               -> a Resolver over the base release (None without --base)
 # No check keeps an index or a resolver of its own: they ask this object, so one parse per module
 # serves every stage.
 
@@ -71,6 +73,7 @@ class SymbolTable:
         self.base_index = base_index
         self.base_label = base_label
         self.facts: StackFacts | None = None
+        self._base_resolver: Resolver | None = None
         self._names: dict[int, dict[str, int]] = {}
         self._dynamic: dict[int, str] = {}
 
@@ -176,6 +179,10 @@ class SymbolTable:
                 near = tuple(difflib.get_close_matches(parts[i - 1], index.submodules(parent), n=3, cutoff=0.6)) if parent else ()
                 return NameAnswer(Status.MISSING_MODULE, provider, label, module, name,
                                   reason=f"no module {pkg} in the {label}", near=near)
+        if name is not None and not index.parsed(module) and self._text_defines(module, name):
+            # A definition-shaped line in the source: defined, without parsing a module the trace did
+            # not need (parsing is the costly part; a missing name is always parsed and answered exactly).
+            return NameAnswer(Status.DEFINED, provider, label, module, name, f"{module} (definition line)")
         info = index.get(module)
         if info is None and index.namespace_dir(module) is not None:
             if name is None or index.exists(f"{module}.{name}") or index.namespace_dir(f"{module}.{name}") is not None:
@@ -192,6 +199,26 @@ class SymbolTable:
             near = tuple(difflib.get_close_matches(name, [n for n in self.module_names(info) if not n.startswith("__")], n=3, cutoff=0.6))
             return NameAnswer(status, provider, label, module, name, info.path, f"{name} is not defined in {module} ({info.path})", near)
         return NameAnswer(status, provider, label, module, name, where)
+
+    def base_resolver(self) -> Resolver | None:
+        """A resolver over the base release (for "did the base accept this?"), built on first use."""
+        if self.base_index is None:
+            return None
+        if self._base_resolver is None:
+            self._base_resolver = Resolver(self.base_index)
+        return self._base_resolver
+
+    def _text_defines(self, module: str, name: str) -> bool:
+        """Does a line of the module's source bind `name` at the start of a statement or in an import?
+        Only a yes is trusted (a nested def with the same name could fool it: a lost finding, never a
+        false one); a no leads to the exact, parsed answer."""
+        text = self.index.text_of(module)
+        if not text or name not in text:
+            return False
+        n = re.escape(name)
+        pattern = (rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{n}\b|^[ \t]*{n}[ \t]*(?::|=(?!=)|,|\)?[ \t]*(?:#.*)?$)"
+                   rf"|\bimport\b[^\n#]*\b{n}\b|\bas[ \t]+{n}\b")
+        return re.search(pattern, text, re.MULTILINE) is not None
 
     def at_base(self, module: str, name: str | None) -> bool | None:
         """Did the base release define it? None when there is no base, or the module is not upstream's."""
