@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from metax_audit.config import AuditConfig, load_config
 from metax_audit.errors import AuditError
-from metax_audit.models import BackendChain, Discovery, ProbeResult, SnapshotInfo, TraceResult, UpstreamInfo
+from metax_audit.models import (
+    BackendChain,
+    Discovery,
+    ProbeResult,
+    SnapshotInfo,
+    SnapshotMode,
+    TraceResult,
+    UpstreamInfo,
+)
 from metax_audit.pipeline import default_contracts_path, port_package_hint, static_export
 
 if TYPE_CHECKING:
@@ -17,7 +25,7 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def _traced(mode: str | None, repo: Path | None, rev: str | None, upstream: str | None
+def _traced(mode: SnapshotMode | None, repo: Path | None, rev: str | None, upstream: str | None
             ) -> Iterator[tuple[SnapshotInfo, AuditConfig, Discovery, TraceResult, UpstreamInfo | None]]:
     """snapshot -> discover -> trace, as the review does them, for the commands that need only a trace
     (`trace`, `evidence --capture-stack`); the snapshot lives while the block runs."""
@@ -39,7 +47,7 @@ def _traced(mode: str | None, repo: Path | None, rev: str | None, upstream: str 
         yield snap, config, discovery, trace_mod.trace_backends(discovery, config, up.root if up else None), up
 
 
-def trace_only(*, mode: str | None, repo: Path | None, rev: str | None, upstream: str | None,
+def trace_only(*, mode: SnapshotMode | None, repo: Path | None, rev: str | None, upstream: str | None,
                backend: str) -> list[BackendChain]:
     """`metax-audit trace`: the chains asked for (a backend name, a class name, or "all")."""
     with _traced(mode, repo, rev, upstream) as (_, _, _, result, _):
@@ -72,7 +80,7 @@ def probe(*, backend: str | None, target: str | None, family: str | None, probes
 
 
 def evidence(*, python: str | None, save: Path | None, capture_stack: Path | None, repo: Path | None,
-             mode: str | None, rev: str | None, upstream: str | None = None) -> tuple[dict[str, Any], list[str], Path | None]:
+             mode: SnapshotMode | None, rev: str | None, upstream: str | None = None) -> tuple[dict[str, Any], list[str], Path | None]:
     """`metax-audit evidence`: the environment record, compared with a saved one; optionally the stack manifest."""
     from metax_audit import evidence as evidence_mod
 

@@ -13,11 +13,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from metax_audit import subproc, tempdirs
 from metax_audit.errors import IntrospectError, SubprocessError
-from metax_audit.models import CallableFact, Discovery, ParamFact, StackFacts, TraceResult
+from metax_audit.models import CallableFact, Discovery, FactStatus, ParamFact, StackFacts, TraceResult
 
 WORKER = Path(__file__).with_name("introspect_worker.py")
 # The port packages the worker must refuse (JSON list); read by introspect_worker.enter_site, a
@@ -73,7 +73,7 @@ def introspect(
     facts: dict[str, CallableFact] = {}
     meta: dict[str, Any] = {}
     distributions: dict[str, dict[str, str]] = {}
-    poisoned: dict[str, tuple[str, str]] = {}  # top-level package -> (status, error) of a hang/crash
+    poisoned: dict[str, tuple[FactStatus, str]] = {}  # top-level package -> (status, error) of a hang/crash
     remaining = wanted
     while remaining:
         static_only = [t for t in remaining if t.split(".")[0] in poisoned]
@@ -97,7 +97,7 @@ def introspect(
         prestarted = None  # used once; a restart after a hang or crash starts afresh
         if outcome is None:
             break
-        culprit, status, error = outcome
+        culprit, status, error = outcome[0], cast(FactStatus, outcome[1]), outcome[2]  # the worker's word
         facts.pop(culprit, None)
         poisoned[culprit.split(".")[0]] = (status, error)
         remaining = [t for t in live if t not in facts]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from metax_audit.checks.stack import calls_by_path
 from metax_audit.errors import ConfigError
@@ -17,6 +17,7 @@ from metax_audit.models import (
     Discovery,
     FileComparison,
     FileRecord,
+    FileStatus,
     Finding,
     ProbeResult,
     Registration,
@@ -33,7 +34,9 @@ from metax_audit.models import (
 FAIL_ON = ("error", "warning", "info", "never")
 
 # Statuses a file record can take; "not-analysed" always carries a reason.
-OK, NEEDS_ACTION, NOT_ANALYSED = "ok", "needs-action", "not-analysed"
+OK: Final = "ok"
+NEEDS_ACTION: Final = "needs-action"
+NOT_ANALYSED: Final = "not-analysed"
 
 # Rules that mean "this file was not analysed" (declared by the foundation in findings.py).
 _NOT_ANALYSED_RULES = frozenset({"MXA001", "MXA002"})
@@ -181,7 +184,7 @@ def _status(
     here: Sequence[Finding],
     trace: TraceResult | None,
     comparison: Comparison | None,
-) -> tuple[str, str]:
+) -> tuple[FileStatus, str]:
     if src is not None and src.parse_error:
         # discover also records size skips here ("too large: ..."), which are not syntax errors
         broken = not src.parse_error.startswith("too large")

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 class Severity(StrEnum):
@@ -55,12 +55,22 @@ class Location:
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
+# The closed sets of words the records use (typing.Literal: the values stay plain strings in the
+# JSON report and in comparisons, and mypy checks every place that writes one).
+SnapshotMode = Literal["staged", "worktree", "rev", "installed", "directory"]
+SourceReason = Literal["glob", "platform", "reached-by-trace", "explicit", "counterpart"]
+RegistrationKind = Literal["attention-backend", "mla-prefill", "custom-op", "decorator"]
+FactStatus = Literal["ok", "import-error", "not-found", "no-signature", "timeout", "crash"]
+ProbeVerdict = Literal["matched", "mismatch", "not-checkable", "skipped", "error"]
+FileStatus = Literal["ok", "needs-action", "not-analysed"]
+
+
 # ---------------------------------------------------------------- snapshot
 
 
 @dataclass(frozen=True)
 class SnapshotInfo:
-    mode: str  # "staged" | "worktree" | "rev" | "installed" | "directory"
+    mode: SnapshotMode
     repo: str  # the user's repo (or site-packages dir for --installed), for the record only
     commit: str | None  # HEAD sha (staged/worktree) or the resolved revision; None without commits
     dirty: bool  # worktree differs from HEAD (staged/worktree modes)
@@ -77,7 +87,7 @@ class SnapshotInfo:
 class SourceFile:
     path: str  # repo-relative, posix
     module: str  # dotted module name, "" when not importable by name
-    reason: str  # "glob" | "platform" | "reached-by-trace" | "explicit"
+    reason: SourceReason
     parse_error: str | None = None
     lines: int = 0
 
@@ -90,7 +100,7 @@ class SkippedFile:
 
 @dataclass(frozen=True)
 class Registration:
-    kind: str  # "attention-backend" | "mla-prefill" | "custom-op" | "decorator"
+    kind: RegistrationKind
     name: str  # enum member or op name, e.g. "FLASHINFER"
     class_path: str  # "vllm_metax.v1.attention.backends.flashinfer.MacaFlashInferBackend"
     location: Location
@@ -211,7 +221,7 @@ class ParamFact:
 @dataclass(frozen=True)
 class CallableFact:
     target: str  # dotted path
-    status: str  # "ok" | "import-error" | "not-found" | "no-signature" | "timeout" | "crash"
+    status: FactStatus
     source: str  # "import" | "static" | "manifest"
     signature: str | None = None
     params: tuple[ParamFact, ...] | None = None
@@ -357,7 +367,7 @@ class ProbeResult:
     probe: str  # "lse" | "layout" | ...
     family: str  # "paged-decode" | "merge-states" | ...
     target: str  # "flashinfer:BatchDecodeWithPagedKVCacheWrapper" or "MOD:CALLABLE"
-    verdict: str  # "matched" | "mismatch" | "not-checkable" | "skipped" | "error"
+    verdict: ProbeVerdict
     matched: str | None = None  # the hypothesis the target matched
     expected: str | None = None  # the hypothesis a correct kernel would match
     hypotheses: dict[str, float] = field(default_factory=dict)  # worst abs error per hypothesis
@@ -380,7 +390,7 @@ class FileRecord:
     differences: tuple[Difference, ...]
     findings: tuple[str, ...]  # finding ids
     probes: tuple[str, ...]  # probes that cover this file's kernels
-    status: str  # "ok" | "needs-action" | "not-analysed"
+    status: FileStatus
     status_reason: str = ""
 
 

@@ -23,6 +23,7 @@ from metax_audit.models import (
     Finding,
     ProbeResult,
     SnapshotInfo,
+    SnapshotMode,
     StackFacts,
     StageRecord,
     TestRun,
@@ -45,7 +46,7 @@ _FlowResult = tuple[list["LseFlow"], list[Finding], list[Unresolved]]
 
 @dataclass(frozen=True)
 class ReviewOptions:
-    mode: str | None = None  # None: staged when something is staged, else HEAD
+    mode: SnapshotMode | None = None  # None: staged when something is staged, else HEAD
     repo: Path | None = None
     rev: str | None = None
     paths: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from metax_audit import subproc, tempdirs
 from metax_audit.errors import SnapshotError
-from metax_audit.models import SnapshotInfo, TestRun
+from metax_audit.models import SnapshotInfo, SnapshotMode, TestRun
 
 # Plain git plumbing rather than GitPython here: every call must run with GIT_OPTIONAL_LOCKS=0
 # (no opportunistic index refresh) and we need exact control over what touches the repo.
@@ -292,7 +292,7 @@ def _export_installed(package: str, dest: Path, python: str | None) -> tuple[dic
 
 @contextmanager
 def snapshot(
-    mode: str,
+    mode: SnapshotMode,
     repo: Path | None = None,
     rev: str | None = None,
     *,
@@ -342,7 +342,7 @@ def snapshot(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def default_mode(repo: Path | None) -> tuple[str, str | None, str]:
+def default_mode(repo: Path | None) -> tuple[SnapshotMode, str | None, str]:
     """`review` with no mode flag: the index when something is staged, else HEAD (with a note why)."""
     top = find_repo(repo or Path.cwd())
     if has_staged_changes(top):
