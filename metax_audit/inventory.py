@@ -78,31 +78,11 @@ def build_report(
         by_path.setdefault(f.location.path, []).append(f)
 
     sorted_probes = tuple(sorted(probes, key=_probe_key))
-    records = []
-    for path in sorted(paths):
-        src = sources.get(path)
-        comp = compared.get(path)
-        here = by_path.get(path, [])
-        regs: tuple[Registration, ...] = ()
-        if discovery is not None:
-            regs = tuple(sorted(
-                (r for r in discovery.registrations if path in (r.location.path, r.resolved_path)),
-                key=_registration_key,
-            ))
-        status, status_reason = _status(src, comp, here, trace, comparison)
-        records.append(FileRecord(
-            path=path,
-            reason=src.reason if src else ("reached-by-trace" if trace and path in trace.reached_files else "compared"),
-            upstream_path=comp.upstream_path if comp else None,
-            registrations=regs,
-            callers=tuple(sorted(set(discovery.callers.get(path, ())))) if discovery else (),
-            differences=tuple(sorted((_validated(d, calls.get(path, ()), sorted_probes, suggest_probe) for d in comp.differences),
-                                     key=_difference_key)) if comp else (),
-            findings=tuple(f.id for f in here),
-            probes=tuple(probe_id(p) for p in sorted_probes if any(_reaches(c, p.target) for c in calls.get(path, ()))),
-            status=status,
-            status_reason=status_reason,
-        ))
+    records = [
+        _file_record(path, sources.get(path), compared.get(path), by_path.get(path, []), discovery, trace, comparison,
+                     calls.get(path, []), sorted_probes, suggest_probe)
+        for path in sorted(paths)
+    ]
 
     skipped = tuple(SkippedFile(r.path, r.status_reason) for r in records if r.status == NOT_ANALYSED)
     left_out = tuple(sorted(discovery.left_out, key=lambda s: (s.path, s.reason))) if discovery else ()
@@ -127,6 +107,35 @@ def build_report(
         wall_seconds=wall_seconds,
         waivers=dict(waivers),
         base=comparison.base if comparison else None,
+    )
+
+
+def _file_record(
+    path: str, src: SourceFile | None, comp: FileComparison | None, here: list[Finding], discovery: Discovery | None,
+    trace: TraceResult | None, comparison: Comparison | None, calls: Sequence[CallSite], probes: Sequence[ProbeResult],
+    suggest_probe: Callable[[str], str | None] | None,
+) -> FileRecord:
+    """One file's record: why it is in scope, its registrations, callers, validated differences,
+    findings, the probes that reach its kernels, and its status."""
+    regs: tuple[Registration, ...] = ()
+    if discovery is not None:
+        regs = tuple(sorted(
+            (r for r in discovery.registrations if path in (r.location.path, r.resolved_path)),
+            key=_registration_key,
+        ))
+    status, status_reason = _status(src, comp, here, trace, comparison)
+    return FileRecord(
+        path=path,
+        reason=src.reason if src else ("reached-by-trace" if trace and path in trace.reached_files else "compared"),
+        upstream_path=comp.upstream_path if comp else None,
+        registrations=regs,
+        callers=tuple(sorted(set(discovery.callers.get(path, ())))) if discovery else (),
+        differences=tuple(sorted((_validated(d, calls, probes, suggest_probe) for d in comp.differences),
+                                 key=_difference_key)) if comp else (),
+        findings=tuple(f.id for f in here),
+        probes=tuple(probe_id(p) for p in probes if any(_reaches(c, p.target) for c in calls)),
+        status=status,
+        status_reason=status_reason,
     )
 
 

@@ -468,6 +468,10 @@ def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[_
         st.run.skipped("dataflow", f"no contracts file at {default_contracts_path()}: conventions unknown")
         return []
     with st.run.stage("dataflow", st.progress) as notes:
+        # The findings come from the forked child; their rules (help text for SARIF and Markdown)
+        # are declared where checks/lse.py and checks/scales.py are imported, so here as well.
+        import metax_audit.checks.lse  # noqa: F401
+
         flows, flow_findings, flow_unresolved = dataflow.result()
         st.run.findings += flow_findings
         notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")

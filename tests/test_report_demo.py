@@ -67,3 +67,29 @@ def test_demo_golden_files(tmp_path):
     assert sorted(got) == sorted(want), hint
     for name in want:
         assert got[name] == want[name], f"{name}: {hint}"
+
+
+def test_every_rule_of_a_review_is_declared_in_a_fresh_interpreter(tmp_path):
+    """A stage that runs in a forked child (dataflow) makes findings whose rules the parent must
+    know too, or SARIF and Markdown lose their help text; other tests importing the check modules
+    would hide that here, so the review runs in an interpreter of its own."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from metax_audit import demo\n"
+        "from metax_audit.findings import RULES\n"
+        "from metax_audit.pipeline import ReviewOptions, review\n"
+        "repo = demo.build_demo_repo(Path(sys.argv[1]))\n"
+        "report = review(ReviewOptions(mode='staged', repo=repo, upstream=str(demo.upstream_root()),\n"
+        "                              extra_path=(demo.stack_root(),))).report\n"
+        "used = {f.rule for f in report.findings}\n"
+        "print(sorted(used - set(RULES)), len(used))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "repo")], capture_output=True, text=True,
+                          env=env, timeout=300, check=True)
+    missing, used = done.stdout.split("] ")
+    assert missing == "[" and int(used) > 5, done.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from metax_audit.checks.scales import scale_findings
 from metax_audit.checks.stack import short_callee
 from metax_audit.contracts import Contracts
 from metax_audit.dataflow import DataflowFacts, LseFlow, Unpacking, follow
@@ -90,8 +91,6 @@ def lse_findings(facts: DataflowFacts) -> tuple[list[Finding], list[Finding]]:
 def dataflow_findings(facts: DataflowFacts) -> list[Finding]:
     """The dataflow stage's findings as the report lists them: mismatched flows first, then the
     unpackings, scale findings and coverage by location."""
-    from metax_audit.checks.scales import scale_findings
-
     flows, others = lse_findings(facts)
     return [*flows, *sorted([*others, *scale_findings(facts)], key=lambda f: f.location)]
 
