@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.imports import absorb_consequences, check_port_imports, import_sites
+from metax_audit.checks.imports import absorb_consequences, check_port_imports, check_type_checking_names, import_sites
 from metax_audit.findings import make_finding
 from metax_audit.models import Discovery, Location, Severity, SourceFile
 from metax_audit.trace.symbols import Status, SymbolTable
@@ -132,3 +132,27 @@ def test_lookup_answers(tmp_path: Path) -> None:
     assert symbols.lookup_import("up.core", "kept").where == "up/core.py:1"  # exact once parsed
     assert symbols.at_base("up.core", "removed_helper") is True and symbols.at_base("up.core", "kept") is True
     assert symbols.at_base("port.own", "mine") is None  # the base is upstream's only
+
+
+TC = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from up.core import Base\n"
+TYPE_CHECKING_CASES = [
+    Case("string-annotation", TC + "def f(x: 'Base') -> 'Base | None':\n    return x\n", None),
+    Case("future-annotations", "from __future__ import annotations\n" + TC + "def f(x: Base | None) -> Base:\n    return x\n", None),
+    Case("eager-annotation", TC + "def f(x: Base) -> None:\n    pass\n", Severity.ERROR, "is unbound: NameError"),
+    Case("runtime-call", "from __future__ import annotations\n" + TC + "def f():\n    return Base()\n", Severity.ERROR),
+    Case("local-rebind", "from __future__ import annotations\n" + TC + "def f():\n    from up.core import Base\n    return Base()\n", None),
+    Case("placeholder-plain", TC + "else:\n    Base = None\n\ndef f(x: Base = None):\n    pass\n", None),
+    Case("placeholder-union", TC + "else:\n    Base = None\n\ndef f(x: Base | None = None):\n    pass\n", Severity.ERROR,
+         "placeholder None"),
+    Case("runtime-binding-too", TC + "Base = object\n\ndef f(x: Base):\n    pass\n", None),
+    Case("variable-annotation-in-function", TC + "def f():\n    y: Base = 1\n    return y\n", None),
+]
+
+
+@pytest.mark.parametrize("case", TYPE_CHECKING_CASES, ids=[c.id for c in TYPE_CHECKING_CASES])
+def test_type_checking_names(tmp_path: Path, case: Case) -> None:
+    d, symbols = _setup(tmp_path, case.source)
+    found = list(check_type_checking_names(d, symbols))
+    assert [f.severity for f in found] == ([case.severity] if case.severity else []), [f.evidence for f in found]
+    if found:
+        assert found[0].rule == "MXA123" and case.evidence in "\n".join(found[0].evidence)

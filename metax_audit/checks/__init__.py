@@ -51,7 +51,8 @@ def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTabl
     checks' part), so the pipeline runs it beside compare and introspection."""
     from metax_audit.checks.attributes import check_attributes
     from metax_audit.checks.binding import check_bindings
-    from metax_audit.checks.imports import check_port_imports
+    from metax_audit.checks.imports import check_port_imports, check_type_checking_names
 
-    return [*check_port_imports(discovery, symbols), *check_bindings(discovery.root, trace, symbols),
+    return [*check_port_imports(discovery, symbols), *check_type_checking_names(discovery, symbols),
+            *check_bindings(discovery.root, trace, symbols),
             *check_attributes(discovery, symbols)]

@@ -309,3 +309,162 @@ def _severity(b: BrokenImport) -> tuple[Severity, list[str]]:
             best = (rank, sev, notes)
     assert best is not None
     return best[1], best[2]
+
+
+# ---------------------------------------------------------------- TYPE_CHECKING names at runtime
+
+rule("MXA123", Category.IMPORT, Severity.ERROR, "a name imported only under if TYPE_CHECKING is evaluated at runtime",
+     "The name exists only for the type checker (at runtime it is unbound, or bound to a placeholder such as None in "
+     "the else branch), but code or an eagerly evaluated annotation (a def's parameters and return, a module or class "
+     "variable annotation, without `from __future__ import annotations` and not a string) uses it: NameError, or "
+     "TypeError for `None | None`, when the module is imported or the code runs. Quote the annotation or add the "
+     "__future__ import.")
+
+
+def check_type_checking_names(discovery: Discovery, symbols: SymbolTable) -> Iterator[Finding]:
+    for sf in discovery.files:
+        if sf.parse_error is not None or not sf.path.endswith(".py"):
+            continue
+        info = symbols.index.module_for_path(sf.path)
+        if info is not None:
+            yield from _type_checking_uses(info, sf.path)
+
+
+def _type_checking_uses(info: ModuleInfo, path: str) -> Iterator[Finding]:
+    checking, placeholders, runtime = _checking_names(info.tree.body)
+    only = {n: line for n, line in checking.items() if n not in runtime or n in placeholders}
+    if not only:
+        return
+    eager = not _future_annotations(info)
+    lines = info.source.splitlines()
+    hits: dict[str, list[tuple[int, str]]] = {}
+    for node, why in _runtime_positions(info.tree, eager):
+        for n in ast.walk(node):
+            if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in only):
+                continue
+            if n.id in placeholders and not ("annotation" in why and _none_union(node, placeholders)):
+                continue  # a placeholder (None) is a valid value; only `None | None` breaks
+            hits.setdefault(n.id, []).append((n.lineno, why))
+    for name, uses in hits.items():
+        uses = sorted(set(uses))
+        first = uses[0][0]
+        placeholder = placeholders.get(name)
+        cause = (f"at runtime {name} is the placeholder {placeholder} (else branch), so `|` of it raises TypeError"
+                 if placeholder else f"at runtime {name} is unbound: NameError")
+        ev = [f"import: {path}:{only[name]}: {_text(lines, only[name])}  (under if TYPE_CHECKING)",
+              *(f"{FAILS_WITH}{path}:{line}: {_text(lines, line)}  ({why})" for line, why in uses[:8]), cause]
+        if eager:
+            ev.append("annotations are evaluated when the def or class body runs (no `from __future__ import annotations`)")
+        yield make_finding("MXA123", Location(path, first, f"type-checking:{name}"),
+                           f"{name} is imported only under if TYPE_CHECKING but evaluated at runtime ({len(uses)} use(s))", ev)
+
+
+def _text(lines: list[str], n: int) -> str:
+    return lines[n - 1].strip() if 0 < n <= len(lines) else ""
+
+
+def _checking_names(body: list[ast.stmt]) -> tuple[dict[str, int], dict[str, str], set[str]]:
+    """(names bound under a module-level if TYPE_CHECKING, placeholders the else branch gives them,
+    names bound at runtime anywhere else at module level)."""
+    checking: dict[str, int] = {}
+    placeholders: dict[str, str] = {}
+    runtime: set[str] = set()
+    for st in body:
+        if isinstance(st, ast.If) and _is_type_checking(st.test):
+            for sub in st.body:
+                for name in _bound_by(sub):
+                    checking.setdefault(name, sub.lineno)
+            for sub in st.orelse:
+                if isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Constant) and sub.value.value is None:
+                    for t in sub.targets:
+                        if isinstance(t, ast.Name):
+                            placeholders[t.id] = "None"
+                runtime.update(_bound_by(sub))
+        else:
+            for node in ast.walk(st) if not isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else [st]:
+                runtime.update(_bound_by(node))  # type: ignore[arg-type]
+    return checking, {k: v for k, v in placeholders.items() if k in checking}, runtime
+
+
+def _bound_by(st: ast.AST) -> list[str]:
+    if isinstance(st, ast.Import):
+        return [a.asname or a.name.split(".")[0] for a in st.names]
+    if isinstance(st, ast.ImportFrom):
+        return [a.asname or a.name for a in st.names if a.name != "*"]
+    if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [st.name]
+    if isinstance(st, ast.Name) and isinstance(st.ctx, ast.Store):
+        return [st.id]
+    if isinstance(st, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return []
+
+
+def _runtime_positions(tree: ast.Module, eager: bool) -> Iterator[tuple[ast.expr, str]]:
+    """Expressions evaluated at runtime in module scope terms: eager annotations, and code outside
+    annotations (function bodies that rebind the name locally are the caller's blind spot: skipped
+    here by leaving out functions that import or assign anything of the same name)."""
+    def visit(stmts: list[ast.stmt], in_function: bool, local: set[str]) -> Iterator[tuple[ast.expr, str]]:
+        for st in stmts:
+            if isinstance(st, ast.If) and _is_type_checking(st.test):
+                yield from visit(st.orelse, in_function, local)
+                continue
+            if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+                if eager:
+                    for a in [*st.args.posonlyargs, *st.args.args, *st.args.kwonlyargs, st.args.vararg, st.args.kwarg]:
+                        if a is not None and a.annotation is not None and not _is_str(a.annotation):
+                            yield a.annotation, "annotation of a parameter, evaluated when the def runs"
+                    if st.returns is not None and not _is_str(st.returns):
+                        yield st.returns, "return annotation, evaluated when the def runs"
+                yield from ((d, "decorator") for d in st.decorator_list)
+                yield from ((d, "default value") for d in [*st.args.defaults, *(k for k in st.args.kw_defaults if k is not None)])
+                inner = {n for s in st.body for node in ast.walk(s) for n in _bound_by(node)}
+                inner |= {a.arg for a in ast.walk(st.args) if isinstance(a, ast.arg)}
+                yield from visit(st.body, True, local | inner)
+                continue
+            if isinstance(st, ast.ClassDef):
+                yield from ((b, "base class") for b in [*st.bases, *st.decorator_list])
+                yield from visit(st.body, in_function, local)
+                continue
+            if isinstance(st, ast.AnnAssign):
+                if eager and not in_function and not _is_str(st.annotation):
+                    yield st.annotation, "annotation of a module or class variable, evaluated at import"
+                if st.value is not None:
+                    yield from _unless_local(st.value, local, "code")
+                continue
+            for field in ("body", "orelse", "finalbody"):
+                sub = getattr(st, field, None)
+                if isinstance(sub, list):
+                    yield from visit(sub, in_function, local)
+            for h in getattr(st, "handlers", []) or []:
+                yield from visit(h.body, in_function, local)
+            for child in ast.iter_child_nodes(st):
+                if isinstance(child, ast.expr):
+                    yield from _unless_local(child, local, "code")
+    yield from visit(tree.body, False, set())
+
+
+def _unless_local(expr: ast.expr, local: set[str], why: str) -> Iterator[tuple[ast.expr, str]]:
+    if not local or not any(isinstance(n, ast.Name) and n.id in local for n in ast.walk(expr)):
+        yield expr, why
+    elif isinstance(expr, ast.Name):
+        return
+    else:
+        for child in ast.iter_child_nodes(expr):
+            if isinstance(child, ast.expr):
+                yield from _unless_local(child, local, why)
+
+
+def _is_str(e: ast.expr) -> bool:
+    return isinstance(e, ast.Constant) and isinstance(e.value, str)
+
+
+def _none_union(ann: ast.expr, placeholders: dict[str, str]) -> bool:
+    """`X | None` (or `X | Y`) whose operands are all None at runtime: TypeError."""
+    for n in ast.walk(ann):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr):
+            sides = [n.left, n.right]
+            if all((isinstance(s, ast.Constant) and s.value is None) or (isinstance(s, ast.Name) and s.id in placeholders) for s in sides):
+                return True
+    return False
