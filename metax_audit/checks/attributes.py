@@ -126,8 +126,8 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable) -> Iterator[Fin
             continue
         lines = info.source.splitlines()
         for cls in _classes(info):
-            for _recv, reads, super_reads in _methods(cls):
-                for node in reads:
+            for _recv, recv_reads, super_reads in _methods(cls):
+                for node in recv_reads:
                     class_reads.setdefault((cls.dotted, node.attr), []).append(
                         _Read(cls.dotted, node.attr, sf.path, node.lineno, _line(lines, node.lineno)))
                     class_info.setdefault(cls.dotted, (cls, [], False))
