@@ -312,9 +312,9 @@ def _partials(problem: tuple[Any, ...], lengths: list[list[int]]) -> list[tuple[
     return parts
 
 
-def _merged(parts: list[tuple[Any, Any]], heads: slice, conv: float, base: str, layout_swap: bool = False) -> Any:
+def _merged(parts: list[tuple[Any, Any]], conv: float, base: str, layout_swap: bool = False) -> Any:
     """The reference merge of the partials, their LSEs times `conv` read in `base` (optionally the
-    [H, B] memory read as [B, H]), this rank's heads."""
+    [H, B] memory read as [B, H])."""
     from probes import reference
 
     def lse_of(p: Any) -> Any:
@@ -324,7 +324,7 @@ def _merged(parts: list[tuple[Any, Any]], heads: slice, conv: float, base: str, 
     o, s = parts[0][0], lse_of(parts[0][1])
     for po, ps in parts[1:]:
         o, s = reference.merge_states(o, s, po, lse_of(ps), base=base)
-    return o[:, heads]
+    return o
 
 
 def rank_cases(rank: int, n: int, producer: Target, reduce: Any, group: Group, ctx: ProbeContext, lens_fn: Any) -> list[CaseResult]:
@@ -336,7 +336,6 @@ def rank_cases(rank: int, n: int, producer: Target, reduce: Any, group: Group, c
 
     scale = 1.0 / math.sqrt(D)
     h = HQ // n
-    heads = slice(rank * h, (rank + 1) * h)
     seq = torch.tensor(LENS, dtype=torch.int32)
     cases = []
     for inter in INTERLEAVES:
@@ -351,23 +350,26 @@ def rank_cases(rank: int, n: int, producer: Target, reduce: Any, group: Group, c
         declared_base = producer.declares.get("lse_base", "e")
         conv = 1.0 if declared_base == "e" else 1 / LN2  # what the producer hands over, in its base
         hyps = {
-            "consistent": full[:, heads],
-            "producer-base-2/reduce-base-e": _merged(true_parts, heads, 1 / LN2, "e"),
-            "producer-base-e/reduce-base-2": _merged(true_parts, heads, 1.0, "2"),
-            "lse-layout-mismatch": _merged(true_parts, heads, conv, declared_base if declared_base in ("e", "2") else "e", layout_swap=True),
+            "consistent": full,
+            "producer-base-2/reduce-base-e": _merged(true_parts, 1 / LN2, "e"),
+            "producer-base-e/reduce-base-2": _merged(true_parts, 1.0, "2"),
+            "lse-layout-mismatch": _merged(true_parts, conv, declared_base if declared_base in ("e", "2") else "e", layout_swap=True),
         }
         if inter > 1:
-            hyps["interleave-mismatch"] = _merged(_partials(problem, lens1), heads, 1.0, "e")
+            hyps["interleave-mismatch"] = _merged(_partials(problem, lens1), 1.0, "e")
         # this rank's producer call, over its shard paged through a shuffled block table
         mine_k = [_local(ks[b][shard[rank][b]], lens[rank][b]) for b in range(len(LENS))]
         mine_v = [_local(vs[b][shard[rank][b]], lens[rank][b]) for b in range(len(LENS))]
         kc, bt, sl = page_tokens(mine_k, PAGE, ctx.device)
         vc, _, _ = page_tokens(mine_v, PAGE, ctx.device)
         res = producer(q.to(ctx.device), kc, vc, bt, sl, sm_scale=scale, return_lse=True)
-        out = reduce(res[0], res[1], group)
+        mine = reduce(res[0], res[1], group)  # this rank's heads
+        out = group.all_gather(mine.contiguous(), dim=1)  # every rank's merged heads, in rank order
         empty = any(len({owner(t, n, inter) for t in range(L)}) < n for L in LENS)
-        cases.append(case_result(f"ranks={n} interleave={inter} lens={list(LENS)} rank={rank} heads={heads.start}:{heads.stop}",
-                                 out, hyps, TOL, tensors={"q": q, "out": out}, nonfinite="nan-on-empty" if empty else "non-finite"))
+        cases.append(case_result(f"ranks={n} interleave={inter} lens={list(LENS)}", out, hyps, TOL,
+                                 tensors={"q": q, "merged heads of this rank": mine, "out": out},
+                                 note=f"rank {rank} merged heads {rank * h}:{(rank + 1) * h}; all ranks' heads gathered for the comparison",
+                                 nonfinite="nan-on-empty" if empty else "non-finite"))
     return cases
 
 
