@@ -6,8 +6,15 @@ Runs each command `--repeat` times in a subprocess and reports median wall time,
 review/griffe and two peak RSS figures: the review process itself, and the largest process of its
 tree (the introspection worker, which imports the kernel stack and torch). The review runs twice
 over: "cold", each repeat with an empty METAX_AUDIT_CACHE (the stack facts are captured again),
-and "warm", with a cache primed by one unmeasured run. The upstream sources are passed as a
-directory, so neither needs a download.
+and "warm", with a cache primed by one unmeasured run (since the result cache, a warm review of
+an unchanged revision is served whole). The upstream sources are passed as a directory, so
+neither needs a download.
+
+"staged_one_file" is the pre-commit case: in a clone of the checkout whose HEAD review is cached
+(one unmeasured `review --staged` with nothing changed), each repeat stages a new one-line change
+of one file (`--staged-file`) and runs `review --staged` (compared with HEAD). With
+`--reference-tree DIR` the cold review also runs with DIR first on PYTHONPATH ("reference_cold":
+another build of metax-audit, e.g. a checkout of an earlier commit), in the same interleaved run.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ def main() -> int:
     ap.add_argument("--package", default="vllm_metax")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--python", default=None, help="kernel-stack interpreter for the introspection subprocess")
+    ap.add_argument("--staged-file", default="vllm_metax/v1/attention/backends/flashinfer.py",
+                    help="the file the staged one-file change edits")
+    ap.add_argument("--reference-tree", default=None, help="another metax-audit source tree to time cold, for comparison")
+    ap.add_argument("--base", default=None, help="--base of the reviews (the release the port was last synced to)")
     args = ap.parse_args()
 
     out = tempfile.mkdtemp(prefix="mxa-bench-")
@@ -38,6 +49,8 @@ def main() -> int:
               "--format", "json", "--output-dir", out, "--fail-on", "never"]
     if args.python:
         review += ["--python", args.python]
+    if args.base:
+        review += ["--base", args.base]
     griffe = [shutil.which("griffe") or "griffe", "check", args.package, "-a", args.old, "-b", args.rev]
     # The review runs in-process under a tiny wrapper so its own ru_maxrss can be read at exit;
     # RUSAGE_CHILDREN of the probe then gives the largest process of the whole tree.
@@ -48,15 +61,32 @@ def main() -> int:
                "finally:\n sys.stderr.write('MXA_SELF_RSS %d\\n'%resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n",
                *review[3:]]
     warm_cache = tempfile.mkdtemp(prefix="mxa-bench-cache-")
-    subprocess.run(wrapped, cwd=args.repo, capture_output=True, env={**os.environ, "CI": "1", "METAX_AUDIT_CACHE": warm_cache})
+    base_env = {**os.environ, "CI": "1"}
+    subprocess.run(wrapped, cwd=args.repo, capture_output=True, env={**base_env, "METAX_AUDIT_CACHE": warm_cache})
+    # The pre-commit case: a clone whose HEAD review is in the cache, then one staged file per repeat.
+    clone = os.path.join(tempfile.mkdtemp(prefix="mxa-bench-clone-"), "port")
+    subprocess.run(["git", "clone", "-q", args.repo, clone], check=True)
+    subprocess.run(["git", "-C", clone, "checkout", "-q", args.rev], check=True)
+    staged = [*wrapped[:3], "review", "--staged", *review[5:]]
+    subprocess.run(staged, cwd=clone, capture_output=True, env={**base_env, "METAX_AUDIT_CACHE": warm_cache})
+    ref_env = {**base_env, "PYTHONPATH": os.path.abspath(args.reference_tree)} if args.reference_tree else None
+    plan = [("griffe", griffe, args.repo, base_env), ("review_cold", wrapped, args.repo, base_env),
+            ("review_warm", wrapped, args.repo, base_env), ("staged_one_file", staged, clone, base_env)]
+    if ref_env is not None:
+        plan.append(("reference_cold", wrapped, args.repo, ref_env))
     rows = {}
     results: dict[str, tuple[list, list, list, list]] = {}
-    # Repeats are interleaved (griffe, cold, warm, griffe, ...) so that load from anything else on
-    # the machine weighs on all three alike.
-    for _ in range(args.repeat):
-        for name, cmd in (("griffe", griffe), ("review_cold", wrapped), ("review_warm", wrapped)):
+    # Repeats are interleaved (griffe, cold, warm, ..., griffe, ...) so that load from anything
+    # else on the machine weighs on all of them alike.
+    for i in range(args.repeat):
+        for name, cmd, cwd, env in plan:
             walls, peaks, selfs, codes = results.setdefault(name, ([], [], [], []))
-            cache = tempfile.mkdtemp(prefix="mxa-bench-cold-") if name == "review_cold" else warm_cache
+            cache = tempfile.mkdtemp(prefix="mxa-bench-cold-") if name.endswith("_cold") else warm_cache
+            if name == "staged_one_file":
+                path = os.path.join(clone, args.staged_file)
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(f"# benchmark edit {i}\n")
+                subprocess.run(["git", "-C", clone, "add", args.staged_file], check=True)
             # ru_maxrss of children is a high-water mark over all children: measure each run in
             # a fresh interpreter so each figure is its own.
             probe = subprocess.run(
@@ -66,24 +96,28 @@ def main() -> int:
                  "w=time.perf_counter()-t;"
                  "s=[int(x.split()[1]) for x in r.stderr.splitlines() if x.startswith('MXA_SELF_RSS ')];"
                  "print(json.dumps([w,r.returncode,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,s[0] if s else None]))",
-                 args.repo, *cmd], capture_output=True, text=True,
-                env={**os.environ, "CI": "1", "METAX_AUDIT_CACHE": cache})
+                 cwd, *cmd], capture_output=True, text=True,
+                env={**env, "METAX_AUDIT_CACHE": cache})
             wall, code, peak, own = json.loads(probe.stdout)
             walls.append(wall)
             peaks.append(peak)
             codes.append(code)
             if own is not None:
                 selfs.append(own)
-            if name == "review_cold":
+            if name.endswith("_cold"):
                 shutil.rmtree(cache, ignore_errors=True)
     for name, (walls, peaks, selfs, codes) in results.items():
         rows[name] = {"median_s": round(statistics.median(walls), 3), "runs_s": [round(w, 3) for w in walls],
                       "peak_rss_mb_largest_process": round(max(peaks) / 1024, 1), "exit_codes": codes}
         if selfs:
             rows[name]["peak_rss_mb_review_process"] = round(max(selfs) / 1024, 1)
-    for name in ("review_cold", "review_warm"):
-        rows[f"ratio_{name}_over_griffe"] = round(rows[name]["median_s"] / rows["griffe"]["median_s"], 2)
+    for name in ("review_cold", "review_warm", "staged_one_file", "reference_cold"):
+        if name in rows:
+            rows[f"ratio_{name}_over_griffe"] = round(rows[name]["median_s"] / rows["griffe"]["median_s"], 2)
+    if "reference_cold" in rows:
+        rows["ratio_review_cold_over_reference_cold"] = round(rows["review_cold"]["median_s"] / rows["reference_cold"]["median_s"], 2)
     shutil.rmtree(warm_cache, ignore_errors=True)
+    shutil.rmtree(os.path.dirname(clone), ignore_errors=True)
     rows["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     print(json.dumps(rows, indent=2))
     shutil.rmtree(out, ignore_errors=True)
