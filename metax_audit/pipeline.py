@@ -452,7 +452,7 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         from metax_audit.checks.imports import absorb_consequences
         from metax_audit.checks.inactive_path import check_inactive_paths
 
-        up_calls = _upstream_calls(comparison, upstream, st.config)
+        up_calls = _upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
         found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls), *binding()]
         st.run.findings = absorb_consequences([*st.run.findings, *found])
@@ -601,7 +601,8 @@ def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | 
     return check_dataflow(discovery.root, files, contracts, port_package=config.port_package)
 
 
-def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig) -> Sequence[CallSite]:
+def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig, *,
+                    use_cache: bool = True) -> Sequence[CallSite]:
     """Call sites of the upstream counterparts, so a positional argument whose meaning moved
     between upstream's call and the port's call of the same callee can be seen."""
     if comparison is None or upstream is None or upstream.root is None:
@@ -616,7 +617,17 @@ def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None
     up_discovery = Discovery(root=upstream.root, port_package=config.upstream_package, files=files, registrations=(),
                              priorities=(), switches=(), callers={})
     up_config = replace(config, port_package=config.upstream_package)
-    return trace_backends(up_discovery, up_config, None).calls
+    # They depend on the upstream release, the counterparts and the config only: cached per upstream.
+    from metax_audit import resultcache
+
+    entry = resultcache.key("upstream-calls", resultcache.upstream_identity(upstream), [f.path for f in files], repr(up_config))
+    cached = resultcache.load("upstream-calls", entry) if use_cache else None
+    if isinstance(cached, tuple):
+        return cached
+    calls = tuple(trace_backends(up_discovery, up_config, None).calls)
+    if use_cache:
+        resultcache.store("upstream-calls", entry, calls)
+    return calls
 
 
 def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
