@@ -33,7 +33,7 @@ from metax_audit.models import (
     Severity,
     UpstreamInfo,
 )
-from metax_audit.pysource import read_source_cached
+from metax_audit.pysource import find_module, read_source_cached
 from metax_audit.roles import UpstreamClasses
 
 R_UNDECLARED = rule(
@@ -193,6 +193,15 @@ def compare(
     up_root = upstream.root if upstream else None
     registry = read_registry(up_root, config.upstream_package)
     up_classes = UpstreamClasses(up_root, config.upstream_package) if up_root is not None else None
+
+    def port_loader(module: str) -> tuple[ast.Module, str] | None:
+        """A port module's tree (the port's own intermediate base classes), from the shared parse cache."""
+        if not (module == config.port_package or module.startswith(config.port_package + ".")):
+            return None
+        rel = find_module(discovery.root, module)
+        tree = read_source_cached(discovery.root, rel, config.max_file_bytes).tree if rel else None
+        return (tree, rel) if tree is not None and rel is not None else None
+
     in_scope = scope if scope is not None else frozenset(module_of(f.path) for f in discovery.files)
     # Registrations discover found (decorators and platform calls), keyed by the file holding the class.
     by_file: dict[str, dict[str, str]] = {}
@@ -213,7 +222,7 @@ def compare(
             continue
         registered = registered_members(port.tree)
         registered.update({c: m for c, m in by_file.get(src.path, {}).items() if c in port.classes})
-        cp = map_file(src.path, config, up_root, registered, registry, port.tree, up_classes)
+        cp = map_file(src.path, config, up_root, registered, registry, port.tree, up_classes, port_loader)
         if up_root is None:
             files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
             continue

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Difference, Finding, Location, Severity
-from metax_audit.roles import RolePair, UpClass, UpstreamClasses
+from metax_audit.roles import RolePair, UpClass, UpstreamClasses, imported_class
 
 # Not the file-by-file compare of a copied file: a rewritten backend shares the contract of its
 # upstream base, not its code, so only what callers through the base can observe is compared.
@@ -31,6 +31,9 @@ R_ABSTRACT = rule(
 ).id
 
 _Func = ast.FunctionDef | ast.AsyncFunctionDef
+# Method names called on many unrelated objects upstream (nn.Module.forward, builders, ...): a call of
+# one of them is no evidence that the base class's interface is what is called.
+_GENERIC = frozenset({"forward", "__call__", "build", "run", "get", "update", "apply", "process", "step", "execute"})
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,10 @@ def incompatibility(up: _Func, port: _Func) -> str | None:
     return "; ".join(problems) or None
 
 
-def _port_methods(tree: ast.Module, cls: ast.ClassDef, seen: set[str] | None = None) -> dict[str, _Func] | None:
-    """Methods of the port class and its bases defined in the same file; None when a base is elsewhere
-    in the port (its methods cannot be seen here, so nothing can be said to be missing)."""
+def _port_methods(tree: ast.Module, cls: ast.ClassDef, is_upstream: Callable[[ast.expr], bool],
+                  seen: set[str] | None = None) -> dict[str, _Func] | None:
+    """Methods of the port class and its bases defined in the same file; None when a base is neither
+    in this file nor upstream (a mixin elsewhere: its methods cannot be seen, so none is "missing")."""
     seen = seen if seen is not None else set()
     if cls.name in seen:
         return {}
@@ -122,10 +126,12 @@ def _port_methods(tree: ast.Module, cls: ast.ClassDef, seen: set[str] | None = N
     for base in cls.bases:
         name = _tail(base.value if isinstance(base, ast.Subscript) else base)
         if name in local:
-            inherited = _port_methods(tree, local[name], seen)
+            inherited = _port_methods(tree, local[name], is_upstream, seen)
             if inherited is None:
                 return None
             out.update(inherited)
+        elif not is_upstream(base) and name not in {"object", "Generic", "ABC", "Protocol"}:
+            return None
     out.update(_methods(cls))
     return out
 
@@ -170,13 +176,16 @@ def compare_roles(
                 diffs.append(d)
             if f is not None:
                 findings.append(f)
-        findings.extend(_abstract(port_path, tree, cls, pair, mro))
+        if pair.relation in {"base", "class-map"}:  # through a port class: its methods are not all seen here
+            findings.extend(_abstract(port_path, tree, cls, pair, mro, upstream, _module_of(port_path)))
     return diffs, findings
 
 
 def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass], old_mro: list[UpClass],
                versions: str, callers: Callable[[str, list[str], int, bool], list[str]]) -> Iterator[tuple[tuple[Difference, str] | None, Finding | None]]:
     for name, fn in _methods(cls).items():
+        if name in pair.via_methods:
+            continue  # the port's intermediate class redefines it: that contract binds the override
         found = _lookup(mro, name)
         if found is None or not _interface_method(name, found[1]) or _only_raises(fn):
             continue  # an override that only raises turns the feature off: its parameters do not matter
@@ -189,7 +198,7 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
             seen = callers(name, dropped, len(_params(fn).positional), _params(fn).varargs)
             # A required parameter every call through the base passes, and an upstream call that does:
             # TypeError whenever that call runs.
-            sev = Severity.ERROR if seen and set(dropped) & _params(up).required else None
+            sev = Severity.ERROR if seen and set(dropped) & _params(up).required and name not in _GENERIC else None
             yield None, make_finding(
                 R_OVERRIDE, Location(port_path, fn.lineno, qual),
                 f"{qual} overrides {owner.node.name}.{name} but {problem}",
@@ -247,10 +256,16 @@ def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str
     return find
 
 
-def _abstract(port_path: str, tree: ast.Module, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass]) -> Iterator[Finding]:
+def _abstract(port_path: str, tree: ast.Module, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass],
+              upstream: UpstreamClasses, module: str) -> Iterator[Finding]:
     if not _is_abc(mro):
         return
-    have = _port_methods(tree, cls)
+
+    def is_upstream(base: ast.expr) -> bool:
+        target = imported_class(tree, module, port_path.endswith("__init__.py"), base)
+        return target is not None and upstream.find(*target) is not None
+
+    have = _port_methods(tree, cls, is_upstream)
     if have is None:
         return
     for name in sorted({n for c in mro for n in _methods(c.node)}):

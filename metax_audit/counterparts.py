@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.config import AuditConfig
-from metax_audit.roles import RolePair, UpstreamClasses, main_path, role_pairs
+from metax_audit.roles import PortLoader, RolePair, UpstreamClasses, main_path, role_pairs
 
 # Where upstream keeps its backend enum (read statically; importing vLLM is not an option here).
 _REGISTRY_FILES = ("v1/attention/backends/registry.py", "attention/backends/registry.py", "platforms/registry.py")
@@ -100,6 +100,7 @@ def map_file(
     registry: Mapping[str, str] = {},  # read only
     port_tree: ast.Module | None = None,
     upstream_classes: UpstreamClasses | None = None,
+    port_loader: PortLoader | None = None,
 ) -> FileCounterpart:
     """The upstream file a port file follows: config override, same path (or moved into a subfolder)
     when the two share definitions, the registered enum member's file, else the upstream classes its
@@ -128,7 +129,8 @@ def map_file(
                 not_copies.append(rel)
     if port_tree is not None:
         classes = upstream_classes or UpstreamClasses(upstream_root, config.upstream_package)
-        pairs = role_pairs(port_tree, module_of(port_path), port_path.endswith("__init__.py"), classes, config.class_map)
+        pairs = role_pairs(port_tree, module_of(port_path), port_path.endswith("__init__.py"), classes, config.class_map,
+                           port_loader)
         if pairs:
             return FileCounterpart(port_path, main_path(pairs), "role", tuple(pairs))
     why = (f"{', '.join(not_copies)} shares no class or function with it (same name, different code)"

@@ -311,11 +311,34 @@ class _RegistrationVisitor:
     """Walks statements only, and expressions only on lines that spell a registration word: a full
     NodeVisitor pass over every node costs more than parsing on a large backend file."""
 
-    def __init__(self, rel: str, module: str, text: str) -> None:
+    def __init__(self, rel: str, module: str, text: str, tree: ast.Module | None = None) -> None:
         self.rel, self.module = rel, module
         self.stack: list[str] = []
         self.found: list[tuple[str, str, str, int, bool]] = []  # kind, name, class_path, line, literal
         self.lines = set(line_numbers(text, (m.start() for m in _REG_WORDS.finditer(text))))
+        # Module-level dict literals (enum-keyed maps of class paths) and the loop names bound to one
+        # entry while the body of `for member, path in MAP.items():` is visited.
+        self.maps = {t.id: stmt.value for stmt in (tree.body if tree else []) if isinstance(stmt, ast.Assign)
+                     and isinstance(stmt.value, ast.Dict) for t in stmt.targets if isinstance(t, ast.Name)}
+        self.bound: dict[str, ast.expr] = {}
+
+    def _map_loop(self, stmt: ast.For) -> list[dict[str, ast.expr]] | None:
+        """One binding per entry for `for k, v in MAP.items():` over a dict literal, else None."""
+        it, target = stmt.iter, stmt.target
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr == "items"
+                and not it.args and isinstance(target, ast.Tuple) and len(target.elts) == 2
+                and all(isinstance(e, ast.Name) for e in target.elts)):
+            return None
+        mapping = it.func.value
+        if isinstance(mapping, ast.Name):
+            mapping = self.maps.get(mapping.id, mapping)
+        if not isinstance(mapping, ast.Dict):
+            return None
+        k, v = (e.id for e in target.elts)  # type: ignore[attr-defined]
+        return [{k: key, v: value} for key, value in zip(mapping.keys, mapping.values, strict=True) if key is not None]
+
+    def _sub(self, node: ast.expr | None) -> ast.expr | None:
+        return self.bound.get(node.id, node) if isinstance(node, ast.Name) else node
 
     def _mentions(self, node: ast.AST) -> bool:
         first = getattr(node, "lineno", 0)
@@ -326,6 +349,12 @@ class _RegistrationVisitor:
         for stmt in body:
             if isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
                 self._defined(stmt)
+            elif isinstance(stmt, ast.For) and self._mentions(stmt) and (entries := self._map_loop(stmt)) is not None:
+                saved = self.bound
+                for entry in entries:
+                    self.bound = {**saved, **entry}
+                    self.visit(stmt.body)
+                self.bound = saved
             elif isinstance(stmt, ast.If | ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith | ast.Try):
                 for block in (stmt.body, getattr(stmt, "orelse", []), getattr(stmt, "finalbody", []),
                               *[h.body for h in getattr(stmt, "handlers", [])]):
@@ -363,14 +392,15 @@ class _RegistrationVisitor:
     def _call(self, node: ast.Call) -> None:
         name = _tail(node.func)
         if name in _BACKEND_FUNCS:
-            backend, given = _arg(node, 0, "backend"), _arg(node, 1, "class_path")
+            backend, given = self._sub(_arg(node, 0, "backend")), self._sub(_arg(node, 1, "class_path"))
             # Other registries have register_backend(...) too (torch.distributed, vLLM's sleep-mode
             # factory, both keyed by strings); a backend registration names an enum member.
             if given is None or not isinstance(backend, ast.Attribute):
                 return
             path = _literal_str(given)
             literal = path is not None and isinstance(backend, ast.Attribute)
-            self.found.append((_BACKEND_FUNCS[name], _member(backend), path or ast.unparse(given), node.lineno, literal))
+            line = given.lineno if self.bound and given.lineno != node.lineno else node.lineno  # the map entry
+            self.found.append((_BACKEND_FUNCS[name], _member(backend), path or ast.unparse(given), line, literal))
         elif name == "direct_register_custom_op":
             op_name, func = _arg(node, 0, "op_name"), _arg(node, 1, "op_func")
             if isinstance(func, ast.Name) and self.module and not self.stack:
@@ -422,7 +452,7 @@ def _registrations(sources: _Sources, files: Iterable[str], resolver: _Resolver)
         src = sources.get(rel)
         if src.tree is None or src.text is None:
             continue
-        visitor = _RegistrationVisitor(rel, module_name(rel), src.text)
+        visitor = _RegistrationVisitor(rel, module_name(rel), src.text, src.tree)
         visitor.visit(src.tree.body)
         for kind, name, class_path, line, literal in visitor.found:
             where = resolver.resolve(class_path) if literal and _DOTTED.match(class_path) else None

@@ -334,7 +334,7 @@ def load_manifest(path: Path) -> StackFacts:
 # worker could read). The fingerprint is conservative: any install, upgrade or removal in a
 # site-packages directory, or any file change under an editable/extra/static package, invalidates.
 
-CACHE_SCHEMA = "metax-audit/stack-cache/v4"  # v2: static schemas of C++-registered ops (op-namespaces)
+CACHE_SCHEMA = "metax-audit/stack-cache/v5"  # v2: static schemas of C++-registered ops (op-namespaces)
 _UNCACHEABLE = {"timeout", "crash"}  # may be load or a flaky import: try again next time
 
 

@@ -593,10 +593,14 @@ def _schema_params(text: str) -> list[dict[str, Any]] | None:
         if raw == "*":
             kind = "KEYWORD_ONLY"
             continue
-        if not _SCHEMA_TYPE.match(raw):
-            return None  # not a torch schema (a call in an example, prose)
         decl, _, default = raw.partition("=")
-        name = decl.split()[-1] if len(decl.split()) > 1 else ""
+        words = decl.split()
+        if len(words) == 1 and words[0].isidentifier() and words[0] not in {"None", "True", "False"}:
+            name = words[0]  # an untyped entry (`pkg.op(self, acl_format) -> Tensor`): names only
+        elif _SCHEMA_TYPE.match(raw) and len(words) > 1:
+            name = words[-1]
+        else:
+            return None  # not a torch schema (a call in an example, prose)
         if not name.isidentifier():
             return None
         params.append({"name": name, "kind": kind, "default": default.strip() or None if default else None})

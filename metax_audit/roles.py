@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +19,9 @@ class RolePair:
     port_class: str
     upstream_path: str  # relative to the upstream root
     upstream_class: str
-    relation: str  # "base" (subclasses it) | "class-map" (config)
+    relation: str  # "base" (subclasses it) | "base, through port class X" | "class-map" (config)
+    # Methods the port's own intermediate classes define: their contract, not upstream's, binds these.
+    via_methods: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -127,14 +129,19 @@ def imported_class(tree: ast.Module, module: str, is_package: bool, base: ast.ex
     return None
 
 
+PortLoader = Callable[[str], "tuple[ast.Module, str] | None"]  # port module -> (tree, repo-relative path)
+
+
 def role_pairs(
     tree: ast.Module,
     module: str,
     is_package: bool,
     upstream: UpstreamClasses,
     class_map: Mapping[str, str] = {},  # read only: port class -> "upstream.module.Class"
+    port: PortLoader | None = None,
 ) -> list[RolePair]:
-    """Module-level port classes whose bases (or config class-map entries) are upstream classes."""
+    """Module-level port classes whose bases (or config class-map entries) are upstream classes; with
+    `port`, also through the port's own intermediate classes (Backend310(AscendBackend(AttentionBackend)))."""
     pairs: list[RolePair] = []
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
@@ -145,12 +152,38 @@ def role_pairs(
             if found is not None:
                 pairs.append(RolePair(node.name, found.path, found.node.name, "class-map"))
                 continue
-        for base in node.bases:
-            target = imported_class(tree, module, is_package, base)
-            found = upstream.find(*target) if target else None
-            if found is not None:
-                pairs.append(RolePair(node.name, found.path, found.node.name, "base"))
+        for up, via, methods in _upstream_bases(tree, module, is_package, node, upstream, port, 0):
+            relation = f"base, through port class {via}" if via else "base"
+            pairs.append(RolePair(node.name, up.path, up.node.name, relation, methods))
     return pairs
+
+
+def _upstream_bases(tree: ast.Module, module: str, is_package: bool, node: ast.ClassDef, upstream: UpstreamClasses,
+                    port: PortLoader | None, depth: int, via: str = "",
+                    methods: frozenset[str] = frozenset()) -> Iterator[tuple[UpClass, str, frozenset[str]]]:
+    if depth > 4:
+        return
+    local = {s.name: s for s in tree.body if isinstance(s, ast.ClassDef)}
+    for base in node.bases:
+        name = _base_name(base)
+        target = imported_class(tree, module, is_package, base)
+        found = upstream.find(*target) if target else None
+        if found is not None:
+            yield found, via, methods
+            continue
+        if port is None:
+            continue
+        if target is None and name in local and local[name] is not node:
+            cls, sub = local[name], (tree, module, is_package)
+        elif target is not None and (loaded := port(target[0])) is not None:
+            other_tree, rel = loaded
+            cls = next((s for s in other_tree.body if isinstance(s, ast.ClassDef) and s.name == target[1]), None)
+            sub = (other_tree, target[0], rel.endswith("__init__.py"))
+        else:
+            continue
+        if cls is not None:
+            own = frozenset(s.name for s in cls.body if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef))
+            yield from _upstream_bases(*sub, cls, upstream, port, depth + 1, via or cls.name, methods | own)
 
 
 def main_path(pairs: list[RolePair]) -> str | None:

@@ -43,7 +43,8 @@ def test_counterparts_by_registration_role_and_vendor_only(trees: tuple[Path, Pa
     mla = files["vllm_npu/attention/mla_v1.py"]  # a rewrite: its classes subclass upstream's
     assert mla.upstream_path == "vllm/v1/attention/backend.py"
     assert mla.class_map == {"NpuMLAMetadataBuilder": "MLACommonMetadataBuilder", "NpuMLAImpl": "AttentionImpl",
-                             "NpuMLABackend": "AttentionBackend"}
+                             "NpuMLABackend": "AttentionBackend",
+                             "NpuSparseMLABackend": "AttentionBackend"}  # through the port's NpuMLABackend
     assert mla.differences == ()  # a role counterpart is not diffed line by line
     assert files["vllm_npu/attention/__init__.py"].vendor_only
 
@@ -130,11 +131,44 @@ def test_config_class_map_names_the_role_of_a_class_that_neither_copies_nor_subc
 
 def test_required_parameter_dropped_and_passed_by_an_upstream_caller_is_an_error(trees: tuple[Path, Path]) -> None:
     port, up = trees
-    (up / "vllm/v1/engine.py").write_text("def run(builder, md):\n    return builder.build(0, md, False)\n")
-    mla = port / "vllm_npu/attention/mla_v1.py"
-    mla.write_text(mla.read_text().replace("def build(self, common_prefix_len, common_attn_metadata):",
-                                           "def build(self, common_attn_metadata):"))
+    (up / "vllm/v1/engine.py").write_text("def run(backend):\n    return backend.get_kv_cache_shape(1, 16, 8, 128)\n"
+                                          "\n\ndef step(model, x):\n    return model.forward(x, 1, 2, 3, 4, 5, 6)\n")
+    att = port / "vllm_npu/attention/attention_v1.py"
+    att.write_text(att.read_text().replace("def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):",
+                                           "def get_kv_cache_shape(num_blocks, block_size, num_kv_heads):"))
     _, findings = _review(port, up)
-    build = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuMLAMetadataBuilder.build")
-    assert build.severity.value == "error"
-    assert "upstream caller vllm/v1/engine.py:2 passes 3 positional arguments" in build.evidence
+    shape = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
+    assert shape.severity.value == "error"
+    assert "upstream caller vllm/v1/engine.py:2 passes 4 positional arguments" in shape.evidence
+    # `.forward(...)` is called on every nn.Module upstream: evidence, but no proof the interface is called
+    forward = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuMLAImpl.forward")
+    assert forward.severity.value == "warning"
+
+
+def test_role_through_the_ports_own_base_class_in_another_file(trees: tuple[Path, Path]) -> None:
+    port, up = trees
+    (port / "vllm_npu/attention/base_b.py").write_text(
+        "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass NpuBaseImpl(AttentionImpl):\n"
+        "    def helper(self):\n        return 1\n")
+    (port / "vllm_npu/attention/device_b.py").write_text(
+        "from vllm_npu.attention.attention_v1 import NpuAttentionImpl\nfrom vllm_npu.attention.base_b import NpuBaseImpl\n\n\n"
+        "class NpuImplB(NpuBaseImpl):\n    def forward(self, layer, query):\n        return query\n\n\n"
+        "class NpuImplC(NpuAttentionImpl):\n    def forward(self, layer, x):\n        return x\n")
+    files, findings = _review(port, up)
+    assert files["vllm_npu/attention/device_b.py"].upstream_path == "vllm/v1/attention/backend.py"
+    got = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuImplB.forward")
+    assert "NpuImplB takes the role of upstream AttentionImpl (base, through port class NpuBaseImpl)" in got.evidence
+    # NpuAttentionImpl redefines forward: its contract, not upstream's, binds NpuImplC.forward
+    assert not [f for f in findings if f.location.symbol == "NpuImplC.forward"]
+    # abstract methods are not judged through another file's class
+    assert not [f for f in findings if f.rule == "MXA208" and f.location.symbol.startswith(("NpuImplB.", "NpuImplC."))]
+
+
+def test_abstract_check_skips_classes_with_a_mixin_from_elsewhere(trees: tuple[Path, Path]) -> None:
+    port, up = trees
+    (port / "vllm_npu/attention/mixed.py").write_text(
+        "from vllm.v1.attention.backend import AttentionImpl\nfrom vllm_npu.attention.base_b import Mixin\n\n\n"
+        "class NpuMixedImpl(Mixin, AttentionImpl):\n    pass\n")
+    (port / "vllm_npu/attention/base_b.py").write_text("class Mixin:\n    def forward(self, *a):\n        return a\n")
+    _, findings = _review(port, up)
+    assert not [f for f in findings if f.location.symbol.startswith("NpuMixedImpl.")]

@@ -189,3 +189,31 @@ def test_documented_vllm_ascend_configuration_loads() -> None:
     for line in (docs / "vllm-ascend.yaml").read_text(encoding="utf-8").splitlines():
         if line and not line.startswith("#"):
             assert line.split("#")[0].rstrip() in text  # the page shows the same file
+
+
+def test_register_backend_in_a_loop_over_an_enum_keyed_map(tmp_path: Path) -> None:
+    root = tmp_path / "port"
+    (root / "vllm_npu/attention").mkdir(parents=True)
+    (root / "vllm_npu/__init__.py").write_text("")
+    (root / "vllm_npu/attention/__init__.py").write_text("")
+    (root / "vllm_npu/attention/impls.py").write_text("class FastBackend:\n    pass\n\n\nclass SlowBackend:\n    pass\n")
+    (root / "vllm_npu/platform.py").write_text(textwrap.dedent('''\
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+        _BACKENDS = {
+            AttentionBackendEnum.FLASH_ATTN: "vllm_npu.attention.impls.FastBackend",
+            AttentionBackendEnum.TRITON_ATTN: "vllm_npu.attention.impls.SlowBackend",
+        }
+
+
+        def register_attention_backends():
+            for member, path in _BACKENDS.items():
+                register_backend(member, path)
+            for member, path in {AttentionBackendEnum.TREE_ATTN: "vllm_npu.attention.impls.Missing"}.items():
+                register_backend(member, path)
+    '''))
+    d = discover(root, CFG)
+    got = [(r.name, r.class_path.rsplit(".", 1)[1], r.location.line, r.resolved) for r in d.registrations]
+    assert got == [("FLASH_ATTN", "FastBackend", 4, True), ("TRITON_ATTN", "SlowBackend", 5, True),
+                   ("TREE_ATTN", "Missing", 12, False)]
+    assert [f.rule for f in registration_findings(d)] == ["MXA010"]  # the dangling entry, not the loop
