@@ -93,16 +93,20 @@ def _tail(node: ast.expr) -> str:
     return ast.unparse(node).rsplit(".", 1)[-1]
 
 
-def incompatibility(up: _Func, port: _Func) -> str | None:
+def incompatibility(up: _Func, port: _Func, passed_by_keyword: Callable[[str], bool] = lambda _: False) -> str | None:
     """Why a call written for `up` can fail on `port`; None when the override accepts it."""
     u, p = _params(up), _params(port)
     problems: list[str] = []
     missing = [n for n in (*u.positional, *u.keyword_only) if n not in p.names]
-    # A parameter renamed in place still binds positional calls: only names nowhere in the override count.
-    renamed = {n for i, n in enumerate(u.positional) if n in missing and i < len(p.positional)
+    # A parameter renamed in place still binds positional calls; a caller passing it by name does not.
+    renamed = {n: p.positional[i] for i, n in enumerate(u.positional) if n in missing and i < len(p.positional)
                and p.positional[i] not in u.names}
     for name in missing:
-        if name in renamed or p.varkw:  # **kwargs takes any name passed by keyword
+        if p.varkw:  # **kwargs takes any name passed by keyword
+            continue
+        if name in renamed:
+            if passed_by_keyword(name):
+                problems.append(f"renames `{name}` to `{renamed[name]}`, which upstream callers pass by keyword")
             continue
         how = "required" if name in u.required else "optional"
         problems.append(f"drops the {how} parameter `{name}`")
@@ -192,7 +196,7 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
         owner, up = found
         qual = f"{cls.name}.{name}"
         where = f"upstream {owner.path}:{up.lineno} {owner.node.name}.{_sig(up)}"
-        problem = incompatibility(up, fn)
+        problem = incompatibility(up, fn, lambda n, m=name: bool(callers(m, [n], 1 << 30, True)))
         if problem is not None:
             dropped = [n for n in _params(up).names if n not in _params(fn).names]
             seen = callers(name, dropped, len(_params(fn).positional), _params(fn).varargs)

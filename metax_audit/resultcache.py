@@ -176,6 +176,24 @@ def rebase(value: Any, old: str, new: str) -> Any:
 # ---------------------------------------------------------------- per-file compare results
 
 
+def _port_imports(root: Path, rel: str, package: str) -> list[list[str]]:
+    """Digests of the port modules a file imports: a class that takes an upstream class's role through
+    the port's own base class elsewhere is compared with what that base defines (compare by role)."""
+    from metax_audit.pysource import find_module, module_name, resolve_relative, scan_imports
+
+    try:
+        text = (root / rel).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out: set[str] = set()
+    for stmt in scan_imports(text):
+        base = resolve_relative(module_name(rel), rel.endswith("__init__.py"), stmt.level, stmt.module)
+        for mod in (base, *(f"{base}.{n}" for n in stmt.names)) if stmt.module or stmt.level else stmt.names:
+            if (mod == package or mod.startswith(package + ".")) and (found := find_module(root, mod)) and found != rel:
+                out.add(found)
+    return [[p, file_digest(root / p)] for p in sorted(out)]
+
+
 def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
                    use_cache: bool = True) -> tuple[Comparison, list[Finding], int]:
     """compare.compare, with each file's result kept under a key of its bytes, its registrations,
@@ -190,7 +208,8 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         for path in {r.location.path, r.resolved_path or ""}:
             regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
     keys = {f.path: key("compare-file", f.path, file_digest(discovery.root / f.path), f.parse_error, sorted(regs.get(f.path, [])),
-                        common) for f in discovery.files} if use_cache else {}
+                        common, _port_imports(discovery.root, f.path, config.port_package))
+            for f in discovery.files} if use_cache else {}
     hits: dict[str, Any] = {}
     for path, entry in keys.items():
         value = load("compare", entry)

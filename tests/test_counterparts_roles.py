@@ -172,3 +172,40 @@ def test_abstract_check_skips_classes_with_a_mixin_from_elsewhere(trees: tuple[P
     (port / "vllm_npu/attention/base_b.py").write_text("class Mixin:\n    def forward(self, *a):\n        return a\n")
     _, findings = _review(port, up)
     assert not [f for f in findings if f.location.symbol.startswith("NpuMixedImpl.")]
+
+
+def test_per_file_compare_cache_follows_the_ports_intermediate_class(trees: tuple[Path, Path]) -> None:
+    from metax_audit.resultcache import cached_compare
+
+    port, up = trees
+    (port / "vllm_npu/attention/base_b.py").write_text(
+        "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass NpuBaseImpl(AttentionImpl):\n    pass\n")
+    (port / "vllm_npu/attention/device_b.py").write_text(
+        "from vllm_npu.attention.base_b import NpuBaseImpl\n\n\n"
+        "class NpuImplB(NpuBaseImpl):\n    def forward(self, layer, query):\n        return query\n")
+    target = UpstreamInfo("vllm", "0.99.0", "directory:test", up)
+
+    def flagged() -> bool:
+        _, found, _ = cached_compare(discover(port, CFG), CFG, target)
+        return any(f.rule == "MXA207" and f.location.symbol == "NpuImplB.forward" for f in found)
+
+    assert flagged()
+    # the intermediate class now defines forward itself: device_b.py's bytes are unchanged, its result is not
+    (port / "vllm_npu/attention/base_b.py").write_text(
+        "from vllm.v1.attention.backend import AttentionImpl\n\n\nclass NpuBaseImpl(AttentionImpl):\n"
+        "    def forward(self, layer, query):\n        return query\n")
+    assert not flagged()
+
+
+def test_parameter_renamed_in_place_is_reported_only_when_upstream_passes_it_by_keyword(trees: tuple[Path, Path]) -> None:
+    port, up = trees
+    att = port / "vllm_npu/attention/attention_v1.py"
+    att.write_text(att.read_text().replace("def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size):",
+                                           "def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_type=''):"))
+    _, findings = _review(port, up)
+    assert not [f for f in findings if f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape"]  # no keyword caller
+    (up / "vllm/v1/engine.py").write_text("def run(b):\n    return b.get_kv_cache_shape(1, 16, 8, 128, cache_dtype_str='auto')\n")
+    _, findings = _review(port, up)
+    got = next(f for f in findings if f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
+    assert "renames `cache_dtype_str` to `cache_type`, which upstream callers pass by keyword" in got.message
+    assert got.severity.value == "warning" and "upstream caller vllm/v1/engine.py:2 passes cache_dtype_str=" in got.evidence
