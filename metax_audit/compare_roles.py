@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Difference, Finding, Location, Severity
@@ -196,7 +197,7 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
         owner, up = found
         qual = f"{cls.name}.{name}"
         where = f"upstream {owner.path}:{up.lineno} {owner.node.name}.{_sig(up)}"
-        problem = incompatibility(up, fn, lambda n, m=name: bool(callers(m, [n], 1 << 30, True)))
+        problem = incompatibility(up, fn, partial(_passes_keyword, callers, name))
         if problem is not None:
             dropped = [n for n in _params(up).names if n not in _params(fn).names]
             seen = callers(name, dropped, len(_params(fn).positional), _params(fn).varargs)
@@ -218,6 +219,11 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
                 detail=f"upstream changed {owner.node.name}.{name} ({versions}): {_sig(old[1])} -> {_sig(up)}; "
                        f"the override {_sig(fn)} still has the old form",
                 upstream_line=up.lineno), owner.path), None
+
+
+def _passes_keyword(callers: Callable[[str, list[str], int, bool], list[str]], method: str, param: str) -> bool:
+    """Whether an upstream call of `method` passes `param` by keyword (positional counts ignored)."""
+    return bool(callers(method, [param], 1 << 30, True))
 
 
 def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str, list[str], int, bool], list[str]]:
