@@ -66,8 +66,10 @@ class _Guard:
     def __exit__(self, kind, exc, tb) -> bool:  # type: ignore[no-untyped-def]
         if exc is None or isinstance(exc, typer.Exit | SystemExit):
             return False
-        if _state["debug"]:
-            return False
+        if _state["debug"]:  # --debug adds the traceback; the exit code stays the documented one
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
         if isinstance(exc, KeyboardInterrupt):
             typer.echo("metax-audit: interrupted; the temporary snapshot was removed", err=True)
             raise typer.Exit(130)
@@ -97,6 +99,14 @@ ModeRev = Annotated[str | None, typer.Option("--rev", help="Review a revision (c
 RepoOpt = Annotated[Path | None, typer.Option("--repo", help="The port's git checkout (default: the enclosing repo).")]
 UpstreamOpt = Annotated[str | None, typer.Option("--upstream", help="Upstream vLLM: a directory, an installed package, or vllm==X.Y.Z (downloaded once, cached).")]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter of the kernel stack to introspect/probe (default: this one).")]
+
+
+def _not_empty(**values: str | None) -> None:
+    """An option given as an empty string is a mistake (an unset CI variable), never "not given"."""
+    for name, value in values.items():
+        if value is not None and not value.strip():
+            what = "an interpreter path" if name == "python" else "a directory, an installed package or vllm==X.Y.Z"
+            raise _fail(f"--{name} is empty; give {what}")
 
 
 def _mode(staged: bool, worktree: bool, rev: str | None, installed: bool = False) -> str | None:
@@ -139,6 +149,7 @@ def review(
         raise _fail(f"--fail-on must be error, warning, info or never (got {fail_on!r})")
     formats = _formats(fmt)
     mode = _mode(staged, worktree, rev, installed)
+    _not_empty(upstream=upstream, base=base, python=python)
     options = ReviewOptions(
         mode=mode, repo=repo, rev=rev, paths=tuple(paths or ()), upstream=upstream, base=base, stack=stack,
         python=python, config_file=config, waivers=waivers, test_command=test, run_probes=probe,
@@ -192,6 +203,7 @@ def trace(
     from metax_audit.commands import trace_only
 
     mode = _mode(staged, worktree, rev)
+    _not_empty(upstream=upstream)
     with _Guard():
         chains = trace_only(mode=mode, repo=repo, rev=rev, upstream=upstream, backend=backend)
     from metax_audit.render_trace import chain_to_dict, chain_tree
@@ -251,6 +263,7 @@ def evidence(
     """Record device, driver, torch/Triton build, CUDA or MACA runtime and kernel package versions."""
     from metax_audit.commands import evidence as run_evidence
 
+    _not_empty(upstream=upstream, python=python)
     with _Guard():
         env, changes, manifest = run_evidence(python=python, save=save, capture_stack=capture_stack, repo=repo,
                                               mode=_mode(False, worktree, rev), rev=rev, upstream=upstream)

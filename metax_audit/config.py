@@ -64,26 +64,119 @@ class AuditConfig:
 
 
 _LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders", "kernel_sources"}
-_MAP_FIELDS = {"path_map", "class_map", "op_namespaces"}
+_SEVERITIES = ("error", "warning", "info")
+_MAX_FILE_BYTES_CEILING = 1 << 30  # past this a "limit" is no limit: say so instead of reading it
+
+
+def _fail(origin: str, key: str, why: str) -> ConfigError:
+    return ConfigError(f"{origin}: {key} {why}")
+
+
+def _repo_path(origin: str, key: str, value: object, *, glob: bool = False) -> str:
+    """A path (or glob) that stays inside the repository: relative, no `..`, not empty."""
+    from pathlib import PurePosixPath
+
+    if not isinstance(value, str) or not value.strip():
+        raise _fail(origin, key, f"must be a non-empty repo-relative {'glob' if glob else 'path'} (got {value!r})")
+    text = value.replace("\\", "/")
+    pure = PurePosixPath(text)
+    if pure.is_absolute() or text.startswith("~") or ".." in pure.parts:
+        raise _fail(origin, key, f"must stay inside the repository (got {value!r}: absolute or with '..')")
+    if glob:
+        try:
+            list(Path("/nonexistent-metax-audit-dir").glob(text))
+        except (ValueError, NotImplementedError) as exc:
+            raise _fail(origin, key, f"is not a valid glob {value!r}: {exc}") from None
+    return text
+
+
+def _package(origin: str, key: str, value: object) -> str:
+    if not isinstance(value, str) or not value or not all(p.isidentifier() for p in value.split(".")):
+        raise _fail(origin, key, f"must be a dotted Python package name such as vllm_metax (got {value!r})")
+    return value
+
+
+def _check(name: str, key: str, value: object, default: object, origin: str) -> object:
+    """One setting checked against its schema; the value to use, or a ConfigError naming the key."""
+    if name in ("port_package", "upstream_package"):
+        return _package(origin, key, value)
+    if name in ("platform_file", "waivers"):
+        if value is None and name == "waivers":
+            return None
+        return _repo_path(origin, key, value)
+    if name == "scope":
+        if not isinstance(value, list | tuple) or not value:
+            raise _fail(origin, key, f"must be a non-empty list of repo-relative globs (got {value!r})")
+        return tuple(_repo_path(origin, key, v, glob=True) for v in value)
+    if name == "path_map":
+        if not isinstance(value, dict):
+            raise _fail(origin, key, f"must be a mapping of port path to upstream path (got {type(value).__name__})")
+        return {_repo_path(origin, key, k): _repo_path(origin, key, v) for k, v in value.items()}
+    if name == "severity_overrides":
+        if not isinstance(value, dict):
+            raise _fail(origin, key, f"must be a mapping of rule id to error, warning or info (got {value!r})")
+        for rule_id, sev in value.items():
+            if not isinstance(rule_id, str) or sev not in _SEVERITIES:
+                raise _fail(origin, key, f"maps {rule_id!r} to {sev!r}: a rule id must map to error, warning or info")
+        return dict(value)
+    if name == "max_file_bytes":
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_FILE_BYTES_CEILING:
+            raise _fail(origin, key, f"must be a whole number of bytes from 1 to {_MAX_FILE_BYTES_CEILING} (got {value!r})")
+        return value
+    # Any other setting: the type of its default (a list of strings, a mapping of strings, ...).
+    if name in _LIST_FIELDS or isinstance(default, tuple):
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            raise _fail(origin, key, "must be a list of strings")
+        return tuple(value)
+    if isinstance(default, dict):
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise _fail(origin, key, "must be a mapping of strings to strings")
+        return dict(value)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise _fail(origin, key, f"must be true or false (got {value!r})")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _fail(origin, key, f"must be a whole number (got {value!r})")
+        return value
+    if isinstance(default, str) and not isinstance(value, str):
+        raise _fail(origin, key, f"must be a string (got {value!r})")
+    return value
 
 
 def _from_mapping(data: dict[str, Any], origin: str) -> AuditConfig:
+    defaults = AuditConfig()
     known = {f.name.replace("_", "-"): f.name for f in fields(AuditConfig)}
     known.update({f.name: f.name for f in fields(AuditConfig)})
     values: dict[str, Any] = {}
     for key, value in data.items():
-        if key not in known:
-            raise ConfigError(f"{origin}: unknown setting {key!r} (known: {', '.join(sorted(k for k in known if '-' not in k))})")
+        if not isinstance(key, str) or key not in known:
+            raise ConfigError(f"{origin}: unknown setting {key!r} (known: {', '.join(sorted(k for k in known if '_' not in k))})")
         name = known[key]
-        if name in _LIST_FIELDS:
-            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"{origin}: {key} must be a list of strings")
-            value = tuple(value)
-        elif name in _MAP_FIELDS and (not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
-            raise ConfigError(f"{origin}: {key} must be a mapping of strings to strings")
-        values[name] = value
-    return replace(AuditConfig(), **values)
+        values[name] = _check(name, key, value, getattr(defaults, name), origin)
+    return replace(defaults, **values)
+
+
+def departures(config: AuditConfig) -> list[str]:
+    """What in `config` makes the review see less than the defaults would, or lets more through:
+    a narrower scope or a raised limit. A review reports these, so a repository's own config cannot
+    turn a failing review into a passing one without saying so."""
+    default = replace(AuditConfig(), port_package=config.port_package)
+    out: list[str] = []
+    dropped = [g for g in default.scope_globs if g not in config.scope_globs]
+    if dropped:
+        out.append(f"scope leaves out {len(dropped)} default glob(s) ({', '.join(dropped)})")
+    if config.platform_path != default.platform_path:
+        out.append(f"platform-file is {config.platform_path} (default {default.platform_path})")
+    if config.max_file_bytes > default.max_file_bytes:
+        out.append(f"max-file-bytes raised to {config.max_file_bytes} (default {default.max_file_bytes})")
+    missing = [m for m in default.kernel_modules if m not in config.kernel_modules]
+    if missing:
+        out.append(f"kernel-modules leaves out {', '.join(missing)}")
+    if config.severity_overrides:
+        out.append(f"severity-overrides change {len(config.severity_overrides)} rule(s)")
+    return out
 
 
 def load_config(root: Path, explicit: Path | None = None) -> AuditConfig:
@@ -100,10 +193,11 @@ def load_config(root: Path, explicit: Path | None = None) -> AuditConfig:
         import tomllib
 
         try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{pyproject}: not valid TOML: {exc}") from exc
-        section = data.get("tool", {}).get("metax-audit")
+            data = tomllib.loads(_read_text(pyproject))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{pyproject}: not valid TOML: {exc}") from None
+        tool = data.get("tool")
+        section = tool.get("metax-audit") if isinstance(tool, dict) else None
         if isinstance(section, dict):
             return _from_mapping(section, "pyproject.toml [tool.metax-audit]")
     return AuditConfig()
@@ -114,16 +208,36 @@ def _load_file(path: Path) -> AuditConfig:
         import yaml
 
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = yaml.safe_load(_read_text(path)) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+            raise ConfigError(f"{path}: not valid YAML: {yaml_error_line(exc)}") from None
     else:
         import tomllib
 
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("metax-audit", {})
+            data = tomllib.loads(_read_text(path)).get("tool", {}).get("metax-audit", {})
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
     return _from_mapping(data, str(path))
+
+
+def _read_text(path: Path) -> str:
+    """A config file's text: UTF-8, a regular file (a symlink out of the repo is not followed)."""
+    if path.is_symlink():
+        raise ConfigError(f"{path}: the config file is a symlink; metax-audit reads only a regular file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def yaml_error_line(exc: Exception) -> str:
+    """PyYAML's multi-line message as one line: the problem and where."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"

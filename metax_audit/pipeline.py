@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from metax_audit import __version__
-from metax_audit.config import AuditConfig, load_config
+from metax_audit.config import AuditConfig, departures, load_config
 from metax_audit.errors import AuditError, ConfigError
 from metax_audit.forked import Forked
 from metax_audit.models import (
@@ -166,6 +166,9 @@ def _audit_snapshot(
     snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
 ) -> tuple[AuditReport, str | None]:
     config = load_config(snap.root, options.config_file)
+    changed = departures(config)
+    if changed:  # a config that narrows scope or raises limits is itself part of the record
+        run.stages.append(StageRecord("config", True, 0.0, "the config narrows the review: " + "; ".join(changed)))
     entry = _result_key(snap, config, options, progress)
     cached = _served_from_cache(entry, snap, run, started)
     if cached is not None:

@@ -14,6 +14,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from metax_audit.config import yaml_error_line
 from metax_audit.errors import ConfigError
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Finding, Location, Severity
@@ -66,6 +67,8 @@ def load_waivers(path: Path) -> list[Waiver]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"waivers file {path} cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"waivers file {path} is not UTF-8 text (byte {exc.start})") from None
     try:
         loader = yaml.SafeLoader(text)
         try:
@@ -74,7 +77,9 @@ def load_waivers(path: Path) -> list[Waiver]:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
-        raise ConfigError(f"waivers file {path} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"waivers file {path} is not valid YAML: {yaml_error_line(exc)}") from None
+    except ValueError as exc:  # a value YAML itself cannot build, such as the date 2026-13-01
+        raise ConfigError(f"waivers file {path}: {exc}") from None
     if data is None:
         return []
     items_node = node

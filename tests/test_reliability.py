@@ -154,3 +154,92 @@ def test_editable_install_of_the_port_is_never_imported(tmp_path: Path, demo_rep
     # the fence is what held: the same interpreter without it does run the repo's sitecustomize
     subprocess.run([str(python), "-c", "pass"], cwd=tmp_path, check=True)
     assert markers[0].exists()
+
+
+# ---------------------------------------------------------------- 4/5. exit codes and hostile config values
+
+HOSTILE_CONFIG = [
+    ("max-file-bytes: -1", "max-file-bytes must be a whole number"),
+    ("max-file-bytes: true", "max-file-bytes must be a whole number"),
+    ("max-file-bytes: abc", "max-file-bytes must be a whole number"),
+    ("scope: ['../outside/*.py']", "scope must stay inside the repository"),
+    ("scope: ['/abs/*.py']", "scope must stay inside the repository"),
+    ("scope: ['**a']", "scope is not a valid glob"),
+    ("scope: []", "scope must be a non-empty list"),
+    ("port-package: '..'", "port-package must be a dotted Python package name"),
+    ("port-package: 3", "port-package must be a dotted Python package name"),
+    ("port-package: [a]", "port-package must be a dotted Python package name"),
+    ("port-package: null", "port-package must be a dotted Python package name"),
+    ("port-package: ''", "port-package must be a dotted Python package name"),
+    ("platform-file: 3", "platform-file must be a non-empty repo-relative path"),
+    ("waivers: 3", "waivers must be a non-empty repo-relative path"),
+    ("waivers: /etc/passwd", "waivers must stay inside the repository"),
+    ("severity-overrides: fatal", "severity-overrides must be a mapping"),
+    ("severity-overrides: {some-rule: fatal}", "severity-overrides maps 'some-rule' to 'fatal'"),
+    ("path-map: [a]", "path-map must be a mapping"),
+    ("path-map: {a.py: ../../etc/passwd}", "path-map must stay inside the repository"),
+    ("kernel-modules: flashinfer", "kernel-modules must be a list of strings"),
+    ("scope: [", "not valid YAML: expected the node content"),
+    ("1: 2", "unknown setting 1"),
+    (b"port-package: \"\xff\"\n", "not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), HOSTILE_CONFIG, ids=[str(t)[:40] for t, _ in HOSTILE_CONFIG])
+def test_hostile_config_values_are_one_line_exit_2(tmp_path: Path, demo_repo: Path, text: str | bytes, message: str) -> None:
+    from typer.testing import CliRunner
+
+    from metax_audit.cli import app
+
+    cfg = demo_repo / ".metax-audit.yaml"
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode() + b"\n")
+    before = fingerprint(demo_repo)
+    r = CliRunner().invoke(app, review_args(tmp_path / "out", "--worktree", "--repo", str(demo_repo)))
+    assert r.exit_code == 2, r.output
+    line = one_line_error(r.output)
+    assert message in line and ".metax-audit.yaml" in line, line
+    assert fingerprint(demo_repo) == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_debug_changes_only_what_is_printed(tmp_path: Path, demo_repo: Path) -> None:
+    (demo_repo / ".metax-audit.yaml").write_text("max-file-bytes: -1\n")
+    plain = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree"))
+    debug = run_tool(demo_repo, "--debug", *review_args(tmp_path / "out", "--worktree"))
+    assert plain.returncode == debug.returncode == 2
+    one_line_error(plain.stderr)
+    assert "Traceback" in debug.stderr and debug.stderr.rstrip().splitlines()[-1] == plain.stderr.strip()
+
+
+def test_a_config_that_narrows_the_review_is_reported(tmp_path: Path, demo_repo: Path) -> None:
+    import json
+
+    (demo_repo / ".metax-audit.yaml").write_text("scope: ['vllm_metax/platform.py']\nmax-file-bytes: 99999999\n")
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--fail-on", "never"))
+    assert r.returncode == 0, r.stderr
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    head = summary.split("## ")[0]
+    assert "the config narrows the review: scope leaves out 6 default glob(s)" in head
+    assert "max-file-bytes raised to 99999999" in head
+    stages = {s["name"]: s["note"] for s in json.loads((tmp_path / "out" / "report.json").read_text())["stages"]}
+    assert stages["config"].startswith("the config narrows the review")
+
+
+@pytest.mark.parametrize("option", ["--upstream", "--base", "--python"])
+def test_empty_option_values_are_rejected(tmp_path: Path, demo_repo: Path, option: str) -> None:
+    r = run_tool(demo_repo, "review", option, "", "--output-dir", str(tmp_path / "out"))
+    assert r.returncode == 2
+    assert f"{option} is empty" in one_line_error(r.stderr)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("- {rule: x, path: a.py, reason: r, expires: 2026-13-01}\n", "month must be in 1..12"),
+    ("- {rule: x, path: a.py\n", "is not valid YAML"),
+    (b"\xff\xfe", "is not UTF-8 text"),
+])
+def test_hostile_waivers_are_one_line_exit_2(tmp_path: Path, demo_repo: Path, text: str | bytes, message: str) -> None:
+    waivers = tmp_path / "w.yaml"
+    waivers.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--waivers", str(waivers)))
+    assert r.returncode == 2
+    assert message in one_line_error(r.stderr)

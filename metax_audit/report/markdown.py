@@ -126,6 +126,10 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
     )
     out.append("")
 
+    narrowed = [s.note for s in report.stages if s.name == "config" and s.note]
+    if narrowed:
+        out.append("> **" + _inline(narrowed[0]) + "**")
+        out.append("")
     not_run = [s for s in report.stages if not s.ran]
     if not_run:
         out.append("> **Stages that did not run:** " + "; ".join(f"{s.name}" + (f" ({_inline(s.note)})" if s.note else "") for s in not_run))
