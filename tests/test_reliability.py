@@ -243,3 +243,43 @@ def test_hostile_waivers_are_one_line_exit_2(tmp_path: Path, demo_repo: Path, te
     r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--waivers", str(waivers)))
     assert r.returncode == 2
     assert message in one_line_error(r.stderr)
+
+
+# ---------------------------------------------------------------- 3. deep but valid expressions
+
+DEEP = {
+    "one-line": "        _deep = " + " + ".join(["'a'"] * 2000) + "\n",
+    "multi-line": "        _deep = (\n" + " +\n".join(["            'a'"] * 1500) + ")\n",
+    "unary": "        _deep = " + "-" * 400 + "1\n",
+    "calls": "        _deep = " + "f(" * 180 + ")" * 180 + "\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(DEEP))
+def test_deep_expression_is_recorded_not_a_crash(tmp_path: Path, demo_repo: Path, shape: str) -> None:
+    import json
+
+    path = demo_repo / "vllm_metax" / "v1" / "attention" / "backends" / "flashinfer.py"
+    text = path.read_text()
+    anchor = "    def get_name() -> str:\n"
+    assert anchor in text
+    path.write_text(text.replace(anchor, anchor + DEEP[shape], 1))
+    line = text[: text.index(anchor)].count("\n") + 2 + (shape == "multi-line")  # where the expression starts
+    before = fingerprint(demo_repo)
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree"))
+    assert r.returncode == 1, r.stderr  # the demo's findings, not "could not audit"
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert fingerprint(demo_repo) == before
+    report = (tmp_path / "out" / "report.json").read_text()
+    where = f"expression too deep to analyse at vllm_metax/v1/attention/backends/flashinfer.py:{line}"
+    assert where in report, json.loads(report)["coverage"]
+
+
+def test_depth_check_is_exact_enough_for_real_code() -> None:
+    from metax_audit.pysource import MAX_DEPTH, TooDeep, parse_checked
+
+    ok = "x = " + " + ".join(["a"] * (MAX_DEPTH - 5)) + "\n" + "y = f(\n" + ",\n".join(["  g(1)"] * 5000) + ")\n"
+    parse_checked(ok, "ok.py")  # long and wide is fine; only deep is refused
+    with pytest.raises(TooDeep) as info:
+        parse_checked("\n\nx = " + " + ".join(["a"] * (MAX_DEPTH + 5)) + "\n", "deep.py")
+    assert info.value.at("deep.py") == "expression too deep to analyse at deep.py:3"
