@@ -47,7 +47,10 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"metax-audit: error: {message}", err=True)
+    from metax_audit.report.text import visible
+
+    # one line, whatever the message quotes from the repo (a newline or an ESC in a file name)
+    typer.echo(f"metax-audit: error: {visible(message)}", err=True)
     return typer.Exit(EXIT_CANNOT_AUDIT)
 
 
@@ -169,7 +172,7 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
         from metax_audit.inventory import exit_code, summary_line
         from metax_audit.outdir import default_output_dir, ensure_writable
         from metax_audit.pipeline import review as run_review
-        from metax_audit.report import write_reports
+        from metax_audit.report import replace_file, write_reports
 
         # Never inside the audited checkout by default; checked before the review, printed first.
         out = ensure_writable(output_dir or default_output_dir(options.repo, options.mode, options.rev))
@@ -178,7 +181,7 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
         report = result.report
         written = write_reports(report, out, formats)
         if generate_waivers is not None and result.generated_waivers is not None:
-            generate_waivers.write_text(result.generated_waivers, encoding="utf-8")
+            replace_file(generate_waivers, result.generated_waivers)
             written.append(generate_waivers)
     from metax_audit.cli_render import render_review_summary
 

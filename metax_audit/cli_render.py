@@ -9,24 +9,32 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from metax_audit.models import AuditReport, ProbeResult
+from metax_audit.report.text import visible
 
 _console = Console()
 
 
+def _safe(text: str) -> str:
+    """A string from the audited repo for a rich line: control characters (an ESC from a file name
+    would reach the terminal) as visible escapes, and no rich markup of its own."""
+    return escape(visible(text))
+
+
 def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
     snap = report.snapshot
-    _console.print(f"[bold]metax-audit review[/bold] {snap.mode} {snap.label} "
+    _console.print(f"[bold]metax-audit review[/bold] {snap.mode} {_safe(snap.label)} "
                    f"commit {(snap.commit or 'none')[:12]}{' (dirty)' if snap.dirty else ''}")
     for note in snap.notes:
-        _console.print(f"  note: {note}")
+        _console.print(f"  note: {_safe(note)}")
     stages = Table(title="stages", show_edge=False)
     for col in ("stage", "ran", "seconds", "note"):
         stages.add_column(col)
     for s in report.stages:
-        stages.add_row(s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", s.note)
+        stages.add_row(s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", _safe(s.note))
     _console.print(stages)
     by_cat: Counter[tuple[str, str]] = Counter()
     for f in report.findings:
@@ -48,9 +56,9 @@ def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
                        f"{b['unchanged']} unchanged, {b['fixed']} fixed", markup=False, highlight=False)
     for f in top:
         mark = f"{f.baseline.value.upper():9} " if f.baseline and f.baseline.is_new else ""
-        _console.print(f"  {mark}{f.severity.value:7} {f.rule} {f.location}  {f.message}", markup=False, highlight=False)
+        _console.print(visible(f"  {mark}{f.severity.value:7} {f.rule} {f.location}  {f.message}"), markup=False, highlight=False)
     if written:
-        _console.print(f"reports: {', '.join(str(p) for p in written[:6])}{' ...' if len(written) > 6 else ''}")
+        _console.print(f"reports: {_safe(', '.join(str(p) for p in written[:6]))}{' ...' if len(written) > 6 else ''}")
 
 
 def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]) -> None:

@@ -308,6 +308,7 @@ def snapshot(
     """
     if mode not in MODES:
         raise SnapshotError(f"unknown snapshot mode {mode!r} (one of {', '.join(MODES)})")
+    tempdirs.reclaim()  # what killed runs left in the temp dir (their process is gone)
     tmp = tempdirs.make("snap")
     try:
         notes: list[str] = []

@@ -7,11 +7,10 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
-from metax_audit import subproc
+from metax_audit import subproc, tempdirs
 from metax_audit.cachedir import cache_root
 from metax_audit.errors import UpstreamError
 from metax_audit.models import UpstreamInfo
@@ -92,7 +91,8 @@ def _download_and_extract(pin: str, entry: Path, root_dir: Path) -> None:
     root_dir.mkdir(parents=True, exist_ok=True)
     if entry.exists():  # interrupted earlier: never trust a half-written entry
         shutil.rmtree(entry)
-    with tempfile.TemporaryDirectory(prefix="download-", dir=root_dir) as tmp:
+    tempdirs.reclaim(root_dir)  # a download a killed run left half done
+    with tempdirs.scratch("download", parent=root_dir) as tmp:
         dest = Path(tmp) / "dl"
         dest.mkdir()
         # Wheels only: an sdist would make pip build metadata, which can need a compiler or torch.

@@ -283,3 +283,92 @@ def test_depth_check_is_exact_enough_for_real_code() -> None:
     with pytest.raises(TooDeep) as info:
         parse_checked("\n\nx = " + " + ".join(["a"] * (MAX_DEPTH + 5)) + "\n", "deep.py")
     assert info.value.at("deep.py") == "expression too deep to analyse at deep.py:3"
+
+
+# ---------------------------------------------------------------- 6. output
+
+EVIL = "evil\x1b[31mred\x07bell é.py"
+
+
+def test_control_characters_in_file_names_are_escaped_everywhere(tmp_path: Path, demo_repo: Path) -> None:
+    import json
+    import xml.etree.ElementTree as ET
+
+    backends = demo_repo / "vllm_metax" / "v1" / "attention" / "backends"
+    (backends / EVIL).write_text("import missing_kernel_module\n\nX = missing_kernel_module.run(1)\n")
+    before = fingerprint(demo_repo)
+    out = tmp_path / "out"
+    r = run_tool(demo_repo, "review", "--upstream", str(demo.upstream_root()), "--output-dir", str(out), "--worktree",
+                 "--fail-on", "never")
+    assert r.returncode == 0, r.stderr
+    assert fingerprint(demo_repo) == before
+    rel = f"vllm_metax/v1/attention/backends/{EVIL}"
+    data = json.loads((out / "report.json").read_text())
+    assert rel in [f["path"] for f in data["files"]]  # JSON keeps the true name (escaped by JSON itself)
+    for name in ("summary.md", "report.sarif", "report.junit.xml"):
+        text = (out / name).read_text()
+        assert "\x1b" not in text and "\x07" not in text, name
+    ET.fromstring((out / "report.junit.xml").read_text())  # well-formed
+    assert "evil\\x1b[31mred\\x07bell é.py" in (out / "report.junit.xml").read_text()
+    sarif = json.loads((out / "report.sarif").read_text())
+    uris = {loc["physicalLocation"]["artifactLocation"]["uri"] for res in sarif["runs"][0]["results"]
+            for loc in res.get("locations", [])}
+    assert "vllm_metax/v1/attention/backends/evil%1B%5B31mred%07bell%20%C3%A9.py" in uris
+    assert "evil\\x1b[31mred\\x07bell é.py" in (out / "summary.md").read_text()
+    assert not [p for p in (out / "files").iterdir() if "\x1b" in p.name or "\x07" in p.name]
+    assert "\x1b" not in r.stdout + r.stderr and "\x07" not in r.stdout + r.stderr
+
+
+def test_symlinks_in_the_output_dir_are_replaced_never_followed(tmp_path: Path, demo_repo: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.md").write_text("keep\n")
+    os.symlink("../victim.txt", out / "summary.md")
+    os.symlink(str(victim), out / "report.json")
+    os.symlink(str(elsewhere), out / "files")
+    r = run_tool(demo_repo, *review_args(out, "--worktree", "--fail-on", "never"))
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text() == "precious\n"
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep.md"]
+    for name in ("summary.md", "report.json", "files"):
+        assert not (out / name).is_symlink(), name
+    assert (out / "summary.md").read_text().startswith("#")
+    assert not [p for p in out.iterdir() if p.name.startswith("metax-audit-")]  # no staging left
+
+
+def test_a_killed_runs_leftovers_are_reclaimed(tmp_path: Path, demo_repo: Path) -> None:
+    import signal
+    import time
+
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    out = tmp_path / "out"
+    env = {"TMPDIR": str(private_tmp)}
+    full = {**os.environ, "PYTHONPATH": str(PROJECT), "CI": "1", **env}
+    proc = subprocess.Popen([sys.executable, "-m", "metax_audit", "review", "--staged", "--repo", str(demo_repo),
+                             "--test", "sleep 30", "--output-dir", str(out)], env=full,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(private_tmp.glob(f"metax-audit-snap-{proc.pid}-*")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    left = list(private_tmp.glob(f"metax-audit-snap-{proc.pid}-*"))
+    assert left, "the killed run left no snapshot to reclaim (the test did not test anything)"
+    # a live process's directory and one that is not ours by name are never touched
+    live = private_tmp / f"metax-audit-snap-{os.getpid()}-abcdefgh"
+    live.mkdir()
+    other = private_tmp / "someone-else"
+    other.mkdir()
+    stale_stage = out / f"metax-audit-report-{proc.pid}-zzzzzzzz"
+    stale_stage.mkdir(parents=True)
+    before = fingerprint(demo_repo)
+    r = run_tool(demo_repo, *review_args(out, "--worktree", "--fail-on", "never"), env=env)
+    assert r.returncode == 0, r.stderr
+    assert not any(p.exists() for p in left) and not stale_stage.exists()
+    assert live.is_dir() and other.is_dir()
+    assert fingerprint(demo_repo) == before

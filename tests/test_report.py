@@ -210,7 +210,7 @@ def test_junit_survives_control_characters():
     probes = [replace(rf.probes()[3], verdict="error", skipped_reason="boom\x00\x1b[31m")]
     root = ET.fromstring(to_junit_xml(rf.make_report(probes=probes)))
     (case,) = [c for c in root.iter("testcase") if c.get("name", "").startswith("graph-capture")]
-    assert case.find("error").get("message") == "boom??[31m"
+    assert case.find("error").get("message") == "boom\\x00\\x1b[31m"  # visible escapes, not "?"
 
 
 # ---------------------------------------------------------------- Markdown

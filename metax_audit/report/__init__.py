@@ -2,6 +2,8 @@
 # only chooses which to write and where (deterministic output, so golden files can pin it).
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -23,42 +25,84 @@ def parse_formats(text: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def write_reports(report: AuditReport, output_dir: Path, formats: Sequence[str]) -> list[Path]:
-    """Write the chosen formats into `output_dir` and return the files written, sorted."""
+    """Write the chosen formats into `output_dir` and return the files written, sorted.
+
+    Everything is rendered into a fresh private directory inside `output_dir` and then renamed into
+    place, file by file: a reader never sees a half-written report, and a symlink already in the
+    output directory (`summary.md -> ../victim`, `files -> /elsewhere`) is replaced, never
+    written through."""
+    from metax_audit import tempdirs
     from metax_audit.report import json_report, junit, markdown, sarif
 
     chosen = parse_formats(formats)
     output_dir = Path(output_dir)
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        written: list[Path] = []
-        if "md" in chosen:
-            written += _write_markdown(report, output_dir, markdown)
-        if "json" in chosen:
-            written.append(json_report.write_json(report, output_dir / "report.json"))
-        if "sarif" in chosen:
-            written.append(sarif.write_sarif(report, output_dir / "report.sarif"))
-        if "junit" in chosen:
-            written.append(junit.write_junit(report, output_dir / "report.junit.xml"))
+        tempdirs.reclaim(output_dir)  # staging left by a killed run
+        with tempdirs.scratch("report", parent=output_dir) as stage:
+            staged: list[str] = []
+            if "md" in chosen:
+                staged += _write_markdown(report, stage, output_dir, markdown)
+            if "json" in chosen:
+                staged.append(json_report.write_json(report, stage / "report.json").name)
+            if "sarif" in chosen:
+                staged.append(sarif.write_sarif(report, stage / "report.sarif").name)
+            if "junit" in chosen:
+                staged.append(junit.write_junit(report, stage / "report.junit.xml").name)
+            written = _move_into_place(stage, output_dir, staged, markdown.FILES_DIR if "md" in chosen else None)
     except OSError as exc:
         raise ReportError(f"could not write reports into {output_dir}: {exc}; choose another --output-dir") from exc
     return sorted(written)
 
 
-def _write_markdown(report: AuditReport, output_dir: Path, markdown: ModuleType) -> list[Path]:
-    pages = output_dir / markdown.FILES_DIR
-    pages.mkdir(exist_ok=True)
-    wanted = {markdown.page_name(rec.path) for rec in report.files}
-    # A page left from an earlier run would describe a file no longer in scope: remove our own
-    # stale pages (only *.md in files/), nothing else in the directory.
-    for old in pages.glob("*.md"):
-        if old.name not in wanted:
-            old.unlink()
-    summary = output_dir / "summary.md"
-    summary.write_text(markdown.render_summary(report, markdown.source_linker(report, output_dir)), encoding="utf-8")
-    written = [summary]
-    page_link = markdown.source_linker(report, pages)
+def _write_markdown(report: AuditReport, stage: Path, final: Path, markdown: ModuleType) -> list[str]:
+    """summary.md and the pages into `stage`, linked as they will be from `final`; staged names."""
+    pages = stage / markdown.FILES_DIR
+    pages.mkdir()
+    (stage / "summary.md").write_text(markdown.render_summary(report, markdown.source_linker(report, final)),
+                                      encoding="utf-8")
+    names = ["summary.md"]
+    page_link = markdown.source_linker(report, final / markdown.FILES_DIR)
     for rec in report.files:
-        path = pages / markdown.page_name(rec.path)
-        path.write_text(markdown.render_file_page(report, rec, page_link), encoding="utf-8")
-        written.append(path)
+        name = markdown.page_name(rec.path)
+        (pages / name).write_text(markdown.render_file_page(report, rec, page_link), encoding="utf-8")
+        names.append(f"{markdown.FILES_DIR}/{name}")
+    return names
+
+
+def _move_into_place(stage: Path, final: Path, staged: list[str], pages_dir: str | None) -> list[Path]:
+    """Rename each staged file over its place in `final` (rename replaces a symlink, never follows
+    it); our stale pages (files/*.md of files no longer in scope) are removed, nothing else."""
+    if pages_dir is not None:
+        pages = final / pages_dir
+        if os.path.islink(pages) or (os.path.lexists(pages) and not pages.is_dir()):
+            os.unlink(pages)  # the link itself; whatever it points at is left alone
+        pages.mkdir(exist_ok=True)
+        wanted = {name.split("/", 1)[1] for name in staged if name.startswith(pages_dir + "/")}
+        with os.scandir(pages) as entries:
+            for entry in entries:
+                if entry.name.endswith(".md") and entry.name not in wanted and not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.path)
+    written = []
+    for name in staged:
+        os.replace(stage / name, final / name)
+        written.append(final / name)
     return written
+
+
+def replace_file(path: Path, text: str) -> Path:
+    """Write `text` to `path` through a temporary file renamed over it: atomic, and a symlink at
+    `path` is replaced rather than followed."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from metax_audit.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id
 from metax_audit.models import AuditReport, FileRecord, Finding, ProbeResult
+from metax_audit.report.text import visible
 
 MAX_TEXT_CHARS = 20000
 # XML 1.0 cannot hold most control characters; tracebacks and kernel logs sometimes carry them.
@@ -25,6 +26,11 @@ def to_junit_xml(report: AuditReport) -> str:
         _probe_case(probes, p)
     for attr in ("tests", "failures", "errors", "skipped"):
         suites.set(attr, str(sum(int(s.get(attr, "0")) for s in suites)))
+    for el in suites.iter():  # every string from the repo: names, messages, evidence
+        for key, value in el.attrib.items():
+            el.set(key, visible(value))
+        if el.text:
+            el.text = visible(el.text, lines=True)
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
@@ -46,7 +52,7 @@ def _count(suite: ET.Element, attr: str) -> None:
 
 
 def _clip(text: str) -> str:
-    text = _NOT_XML.sub("?", text)
+    text = _NOT_XML.sub(lambda m: visible(m.group()), text)
     return text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS] + "\n... (truncated; see report.json)"
 
 

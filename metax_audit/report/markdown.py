@@ -9,6 +9,7 @@ from pathlib import Path
 
 from metax_audit.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
 from metax_audit.models import AuditReport, CallSite, Category, Difference, FileRecord, Finding, Severity
+from metax_audit.report.text import uri, visible
 
 FILES_DIR = "files"
 _STATUS_MARK = {"ok": "ok", NEEDS_ACTION: "**needs action**", NOT_ANALYSED: "_not analysed_"}
@@ -18,8 +19,9 @@ Linker = Callable[[str, int], "str | None"]
 
 
 def page_name(path: str) -> str:
-    """files/<path with slashes as __>.md: flat, so the pages sort like the paths."""
-    return path.replace("/", "__") + ".md"
+    """files/<path with slashes as __>.md: flat, so the pages sort like the paths (a control
+    character in the path is written as its escape: no such byte ever reaches a file name)."""
+    return visible(path).replace("/", "__") + ".md"
 
 
 def source_linker(report: AuditReport, page_dir: Path) -> Linker:
@@ -37,7 +39,7 @@ def source_linker(report: AuditReport, page_dir: Path) -> Linker:
     def link(path: str, line: int) -> str | None:
         if not path:
             return None
-        return f"{prefix}/{path}" + (f"#L{line}" if line else "")
+        return uri(f"{prefix}/{path}") + (f"#L{line}" if line else "")
 
     return link
 
@@ -53,8 +55,9 @@ _SPECIAL = re.compile(r"([\\*_\[\]<>|])")
 
 
 def _md(text: str) -> str:
-    """Plain text with its `code spans` kept: Markdown and HTML specials outside them escaped."""
-    text = " ".join(text.split())
+    """Plain text with its `code spans` kept: Markdown and HTML specials outside them escaped,
+    control characters shown as escapes."""
+    text = visible(" ".join(text.split()))
     parts = text.split("`")
     if len(parts) % 2 == 0:  # an unpaired backtick: no code spans at all
         return _SPECIAL.sub(r"\\\1", text).replace("`", "\\`")
@@ -62,7 +65,7 @@ def _md(text: str) -> str:
 
 
 def _code(text: str) -> str:
-    text = " ".join(text.split())
+    text = visible(" ".join(text.split()))
     return f"`{text}`" if "`" not in text else _md(text)
 
 
@@ -71,7 +74,7 @@ def _cell(text: object) -> str:
 
 
 def _loc(path: str, line: int, link: Linker) -> str:
-    label = f"{path}:{line}" if line else path
+    label = visible(f"{path}:{line}" if line else path)
     target = link(path, line)
     return f"[`{label}`]({target})" if target else f"`{label}`"
 
@@ -147,7 +150,7 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         counts = severity_counts(_findings_of(report, rec))
         declared = sum(d.declared for d in rec.differences)
         rows.append([
-            _Raw(f"[`{rec.path}`]({page_link(rec.path)})"),
+            _Raw(f"[{_code(rec.path)}]({uri(page_link(rec.path))})"),
             _Raw(_STATUS_MARK.get(rec.status, rec.status)),
             _Raw(f"`{rec.upstream_path}`") if rec.upstream_path else "—",
             f"{declared}/{len(rec.differences)}",
@@ -209,7 +212,7 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         out += ["## Stages", ""]
         out += _table(["stage", "ran", "seconds", "note"], [[s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", s.note] for s in report.stages])
         out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    return visible("\n".join(out).rstrip(), lines=True) + "\n"  # no control character from the repo survives
 
 
 def new_findings_section(report: AuditReport, link: Linker = no_links) -> list[str]:
@@ -243,9 +246,34 @@ def _category_table(findings: tuple[Finding, ...]) -> list[str]:
     return _table(["category", "error", "warning", "info", "waived"], rows)
 
 
+class _Index:
+    """Lookups every page needs, built once per report: rendering stays linear in files plus
+    findings plus call sites (a scan of all findings per file was quadratic at 10,000 files)."""
+
+    def __init__(self, report: AuditReport) -> None:
+        self.report = report
+        self.at: dict[str, list[int]] = {}  # finding id -> its positions in report.findings
+        for i, f in enumerate(report.findings):
+            self.at.setdefault(f.id, []).append(i)
+        calls: dict[str, dict[tuple[int, str, str], CallSite]] = {}
+        for b in report.backends:
+            for c in b.calls:
+                calls.setdefault(c.location.path, {}).setdefault((c.location.line, c.callee_text, c.resolved or ""), c)
+        self.calls = {path: [seen[k] for k in sorted(seen)] for path, seen in calls.items()}
+
+
+_LAST_INDEX: list[_Index] = []
+
+
+def _index(report: AuditReport) -> _Index:
+    if not _LAST_INDEX or _LAST_INDEX[0].report is not report:
+        _LAST_INDEX[:] = [_Index(report)]
+    return _LAST_INDEX[0]
+
+
 def _findings_of(report: AuditReport, rec: FileRecord) -> list[Finding]:
-    ids = set(rec.findings)
-    return [f for f in report.findings if f.id in ids]
+    at = _index(report).at
+    return [report.findings[i] for i in sorted({i for fid in rec.findings for i in at.get(fid, ())})]
 
 
 def _stage_note(report: AuditReport, stage: str, default: str) -> str:
@@ -265,12 +293,7 @@ def _num(x: object) -> str:
 
 
 def _calls_in(report: AuditReport, path: str) -> list[CallSite]:
-    seen: dict[tuple[int, str, str], CallSite] = {}
-    for b in report.backends:
-        for c in b.calls:
-            if c.location.path == path:
-                seen.setdefault((c.location.line, c.callee_text, c.resolved or ""), c)
-    return [seen[k] for k in sorted(seen)]
+    return _index(report).calls.get(path, [])
 
 
 def _difference_table(rec: FileRecord, diffs: list[Difference], inactive: set[int], link: Linker) -> list[str]:
@@ -283,7 +306,7 @@ def _difference_table(rec: FileRecord, diffs: list[Difference], inactive: set[in
 
 
 def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_links, summary_href: str = "../summary.md") -> str:
-    out = [f"# `{rec.path}`", "", f"[back to summary]({summary_href})", ""]
+    out = [f"# {_code(rec.path)}", "", f"[back to summary]({summary_href})", ""]
     out.append(f"- status: {_STATUS_MARK.get(rec.status, rec.status)}" + (f" — {_inline(rec.status_reason)}" if rec.status_reason else ""))
     out.append(f"- in scope because: {rec.reason}")
     if rec.upstream_path:
@@ -348,7 +371,7 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
         rows = [[_Raw(_loc(rec.path, c.location.line, link)), _Raw(f"`{c.callee_text}`"), c.resolved or f"unresolved ({c.origin})", c.branch or "—"] for c in calls]
         out += _table(["where", "call", "resolved", "branch"], rows)
         out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    return visible("\n".join(out).rstrip(), lines=True) + "\n"
 
 
 def _dataflow_section(report: AuditReport, link: Linker) -> list[str]:

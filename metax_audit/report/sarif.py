@@ -8,6 +8,7 @@ from typing import Any
 
 from metax_audit.findings import RULES, Rule
 from metax_audit.models import AuditReport, Finding
+from metax_audit.report.text import uri
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -122,7 +123,7 @@ def _result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
     if f.location.path not in ("", "."):
         region = {"startLine": max(f.location.line, 1)}
         loc: dict[str, Any] = {
-            "physicalLocation": {"artifactLocation": {"uri": f.location.path, "uriBaseId": "%SRCROOT%"}, "region": region}
+            "physicalLocation": {"artifactLocation": {"uri": uri(f.location.path), "uriBaseId": "%SRCROOT%"}, "region": region}
         }
         if f.location.symbol:
             loc["logicalLocations"] = [{"fullyQualifiedName": f.location.symbol}]
