@@ -196,10 +196,10 @@ def test_hostile_config_values_are_one_line_exit_2(tmp_path: Path, demo_repo: Pa
     before = fingerprint(demo_repo)
     r = CliRunner().invoke(app, review_args(tmp_path / "out", "--worktree", "--repo", str(demo_repo)))
     assert r.exit_code == 2, r.output
-    line = one_line_error(r.output)
+    line = one_line_error(r.stderr)
     assert message in line and ".metax-audit.yaml" in line, line
     assert fingerprint(demo_repo) == before
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out" / "summary.md").exists()  # no report from a review that could not run
 
 
 def test_debug_changes_only_what_is_printed(tmp_path: Path, demo_repo: Path) -> None:
