@@ -451,9 +451,8 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
                   binding: Callable[[], list[Finding]] = list) -> StackFacts | None:
     """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
     with st.run.stage("checks", st.progress) as notes:
-        from metax_audit.checks import checks_for_review
+        from metax_audit.checks import check_inactive_paths, checks_for_review
         from metax_audit.checks.imports import absorb_consequences
-        from metax_audit.checks.inactive_path import check_inactive_paths
 
         up_calls = _upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
@@ -472,8 +471,8 @@ def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[_
         return []
     with st.run.stage("dataflow", st.progress) as notes:
         # The findings come from the forked child; their rules (help text for SARIF and Markdown)
-        # are declared where checks/lse.py and checks/scales.py are imported, so here as well.
-        import metax_audit.checks.lse  # noqa: F401
+        # are declared when the checks package is imported, so here as well.
+        import metax_audit.checks  # noqa: F401
 
         flows, flow_findings, flow_unresolved = dataflow.result()
         st.run.findings += flow_findings
@@ -596,7 +595,7 @@ def _introspect_notes(facts: StackFacts) -> list[str]:
 
 def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | None) -> _FlowResult:
     """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
-    from metax_audit.checks.lse import check_dataflow
+    from metax_audit.checks import check_dataflow
 
     if contracts is None:
         return [], [], []

@@ -6,10 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from metax_audit.checks.inactive_path import check_inactive_paths
+from metax_audit.checks.lse import check_dataflow
 from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult
 
 if TYPE_CHECKING:
     from metax_audit.trace.symbols import SymbolTable
+
+# The checks the pipeline runs itself: inactive paths (over the comparison) and the judgement of
+# the dataflow stage's facts (run with it in the forked child).
+__all__ = ["binding_checks", "check_dataflow", "check_inactive_paths", "checks_for_review", "run_checks"]
 
 
 def run_checks(
