@@ -384,10 +384,14 @@ convention:
     assert unresolved == [] and [f.rule for f in findings] == ["MXA510"]
 
 
-def test_an_expression_too_deep_to_walk_is_coverage_not_a_crash(tmp_path, contracts):
-    """A 500-term `'a' + 'a' + ...` would exhaust Python's stack in a recursive walk: the statement
-    is recorded as not analysed (MXA002, coverage) and the walk goes on to find the real flow."""
-    deep = " + ".join(["'a'"] * 500)
+def test_an_expression_too_deep_to_walk_is_coverage_not_a_crash(tmp_path, contracts, monkeypatch):
+    """A statement nesting deeper than the walk follows is recorded as not analysed (MXA002,
+    coverage) and the walk goes on to find the real flow. (pysource refuses files nesting deeper
+    than 100 before any stage walks them; the walk's own bound is lowered here to reach it.)"""
+    from metax_audit.dataflow import walker
+
+    monkeypatch.setattr(walker, "MAX_EXPR_DEPTH", 20)
+    deep = " + ".join(["'a'"] * 50)
     flows, findings, unresolved = _run(tmp_path, contracts, f"""
     class Impl:
         def __init__(self):
@@ -405,6 +409,17 @@ def test_an_expression_too_deep_to_walk_is_coverage_not_a_crash(tmp_path, contra
     assert coverage.rule == "MXA002" and coverage.severity.value == "info"
     assert f"expression too deep to analyse at port/backend.py:{deep_line}" in coverage.message
     assert any(u.location.line == deep_line and "too deep" in u.reason for u in unresolved)
+
+
+def test_a_file_nesting_deeper_than_the_parser_allows_is_not_followed_and_does_not_crash(tmp_path, contracts):
+    deep = " + ".join(["'a'"] * 500)
+    flows, findings, unresolved = _run(tmp_path, contracts, f"""
+    def forward(lse):
+        banner = {deep}
+        return lse
+    """)
+    assert flows == [] and findings == []
+    assert [u.reason for u in unresolved] == ["file could not be parsed; its flows were not followed"]
 
 
 def test_a_layout_mismatch_with_an_unknown_base_is_a_layout_finding(tmp_path, contracts):
