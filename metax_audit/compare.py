@@ -33,7 +33,7 @@ from metax_audit.models import (
     Severity,
     UpstreamInfo,
 )
-from metax_audit.pysource import find_module, read_source_cached
+from metax_audit.pysource import dump, find_module, read_source_cached, unparse
 from metax_audit.roles import UpstreamClasses
 
 R_UNDECLARED = rule(
@@ -585,9 +585,9 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
         u, p = up.attrs.get(key), port.attrs.get(key)
         kind = "class-attribute" if owner else "changed"
         if u is not None and p is not None:
-            if ast.dump(u) != ast.dump(p):
+            if dump(u) != dump(p):
                 b = ctx.base.attrs.get(key) if ctx.base is not None else None
-                if b is not None and ast.dump(b) == ast.dump(p):
+                if b is not None and dump(b) == dump(p):
                     kind = "upstream-not-followed"  # upstream changed it after the base release; the port has the old value
                 yield ctx.diff(kind, p.lineno, key, f"{key}: {_value_delta(u, p)}", (p.lineno, p.end_lineno or p.lineno), u.lineno)
         elif p is not None:
@@ -613,7 +613,7 @@ def _inherits(cls: ast.ClassDef, upstream_name: str) -> bool:
     """The port class subclasses the upstream class of the same (mapped) name."""
     short = upstream_name.rsplit(".", 1)[-1]
     for base in cls.bases:
-        text = ast.unparse(base)
+        text = unparse(base)
         if text.split("[")[0].rsplit(".", 1)[-1] == short and cls.name != short:
             return True
     return False
@@ -634,7 +634,7 @@ def _anchor(ctx: _Ctx, qual: str) -> int:
 
 def _compare_function(ctx: _Ctx, qual: str, ufn: ast.AST, pfn: ast.AST) -> Iterator[Difference]:
     assert isinstance(ufn, ast.FunctionDef | ast.AsyncFunctionDef) and isinstance(pfn, ast.FunctionDef | ast.AsyncFunctionDef)
-    if ast.dump(pfn.args) != ast.dump(ufn.args):
+    if dump(pfn.args) != dump(ufn.args):
         header_end = pfn.body[0].lineno - 1 if pfn.body else pfn.lineno
         kind = "signature-changed"
         yield ctx.diff(kind, pfn.lineno, qual, f"upstream {qual}{_sig(ufn)} / port {_sig(pfn)}", (pfn.lineno, max(pfn.lineno, header_end)), ufn.lineno)
@@ -723,14 +723,14 @@ def _flatten(stmts: Sequence[ast.stmt], depth: int) -> Iterator[_Tok]:
         end = (subs[0][1][0].lineno - 1) if subs else (stmt.end_lineno or stmt.lineno)
         end = max(end, stmt.lineno)
         node = shallow
-        yield _Tok(f"{depth}|{ast.dump(node)}", node, _start(stmt), end, depth)
+        yield _Tok(f"{depth}|{dump(node)}", node, _start(stmt), end, depth)  # dump: no RecursionError
         for name, body in subs:
             if name != "body":
                 yield _Tok(f"{depth}|<{name}>", ast.Pass(), body[0].lineno, body[0].lineno, depth)
             yield from _flatten(body, depth + 1)
         for h in handlers:
             hnode = ast.ExceptHandler(type=h.type, name=h.name, body=[])
-            yield _Tok(f"{depth}|{ast.dump(hnode)}", hnode, h.lineno, h.lineno, depth)
+            yield _Tok(f"{depth}|{dump(hnode)}", hnode, h.lineno, h.lineno, depth)
             yield from _flatten(h.body, depth + 1)
         for case in cases:
             yield from _flatten(case.body, depth + 1)
@@ -787,7 +787,7 @@ def _focus(un: list[ast.AST], pn: list[ast.AST]) -> str:
         texts = []
         for n in nodes:
             try:
-                texts.append(ast.unparse(n).split("\n", 1)[0])
+                texts.append(unparse(n).split("\n", 1)[0])
             except Exception:  # pragma: no cover - a shallow copy of a parsed statement unparses
                 texts.append(type(n).__name__)
         return re.findall(r"\w+|[^\w\s]+|\s+", "; ".join(texts))
@@ -852,7 +852,7 @@ def _cosmetic(un: list[ast.AST], pn: list[ast.AST]) -> bool:
                     sub.values = []
                 if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "super":
                     sub.args = []  # super(Cls, self) and super() name the same parent inside Cls
-            out.append(ast.dump(c))
+            out.append(dump(c))
         return out
 
     return strip(ureal) == strip(preal)
@@ -869,7 +869,7 @@ def _calls(nodes: Iterable[ast.AST]) -> dict[str, set[str]]:
 
 def _callee(call: ast.Call) -> str:
     try:
-        return ast.unparse(call.func)
+        return unparse(call.func)
     except Exception:  # pragma: no cover - unparse of a parsed tree does not fail
         return "?"
 
@@ -911,7 +911,7 @@ def _upstream_changes(base: _Side, target: _Side) -> Iterator[_Change]:
             continue
         if _source(base, old) == _source(target, fn):
             continue
-        if ast.dump(old.args) != ast.dump(fn.args):
+        if dump(old.args) != dump(fn.args):
             yield _Change("signature-changed", qual, f"upstream changed {qual}{_sig(old)} -> {_sig(fn)}", fn.lineno)
         bcalls, tcalls = _calls(_body(old)), _calls(_body(fn))
         for callee in sorted(set(bcalls) & set(tcalls)):
@@ -924,7 +924,7 @@ def _upstream_changes(base: _Side, target: _Side) -> Iterator[_Change]:
             yield _Change("method-removed", qual, f"upstream removed {qual}{_sig(fn)}", fn.lineno)
     for key, stmt in target.attrs.items():
         old_attr = base.attrs.get(key)
-        if old_attr is not None and ast.dump(old_attr) != ast.dump(stmt):
+        if old_attr is not None and dump(old_attr) != dump(stmt):
             yield _Change("attribute-changed", key, f"upstream changed {key}: {_value(old_attr)} -> {_value(stmt)}", stmt.lineno)
 
 
@@ -960,7 +960,7 @@ def _followed(ctx: _Ctx, ch: _Change) -> tuple[bool | None, int, tuple[int, int]
         return None, 0, (0, 0)
     if ch.kind == "signature-changed" and fn is not None:
         tfn = ctx.up.funcs[ch.symbol]
-        return ast.dump(fn.args) == ast.dump(tfn.args), line, span
+        return dump(fn.args) == dump(tfn.args), line, span
     if ch.kind in {"kernel-argument-added", "kernel-argument-removed"} and fn is not None:
         calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and _callee(c) == ch.callee]
         if not calls:
@@ -974,7 +974,7 @@ def _followed(ctx: _Ctx, ch: _Change) -> tuple[bool | None, int, tuple[int, int]
         stmt = port.attrs.get(ch.symbol)
         if stmt is None:
             return None, 0, (0, 0)
-        same = ast.dump(stmt) == ast.dump(ctx.up.attrs[ch.symbol])
+        same = dump(stmt) == dump(ctx.up.attrs[ch.symbol])
         return same, stmt.lineno, (stmt.lineno, stmt.end_lineno or stmt.lineno)
     return None, 0, (0, 0)
 
@@ -1097,12 +1097,12 @@ def _source(side: _Side, node: ast.AST) -> str:
 
 
 def _sig(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    return f"({ast.unparse(fn.args)})"
+    return f"({unparse(fn.args)})"
 
 
 def _value(stmt: ast.stmt) -> str:
     value = getattr(stmt, "value", None)
-    text = ast.unparse(value) if value is not None else ast.unparse(getattr(stmt, "annotation", ast.Constant(None)))
+    text = unparse(value) if value is not None else unparse(getattr(stmt, "annotation", ast.Constant(None)))
     return _short(text, 100)
 
 
@@ -1110,8 +1110,8 @@ def _value_delta(u: ast.stmt, p: ast.stmt) -> str:
     """For literal collections (dtypes, block sizes) say what the port drops and adds."""
     uval, pval = getattr(u, "value", None), getattr(p, "value", None)
     if isinstance(uval, ast.List | ast.Tuple | ast.Set) and isinstance(pval, ast.List | ast.Tuple | ast.Set):
-        utexts = [ast.unparse(e) for e in uval.elts]
-        ptexts = [ast.unparse(e) for e in pval.elts]
+        utexts = [unparse(e) for e in uval.elts]
+        ptexts = [unparse(e) for e in pval.elts]
         dropped = [t for t in utexts if t not in ptexts]
         added = [t for t in ptexts if t not in utexts]
         parts = ([f"port drops {', '.join(dropped)}"] if dropped else []) + ([f"port adds {', '.join(added)}"] if added else [])

@@ -9,6 +9,7 @@ from functools import partial
 
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Difference, Finding, Location, Severity
+from metax_audit.pysource import dump, unparse
 from metax_audit.roles import RolePair, UpClass, UpstreamClasses, imported_class
 
 # Not the file-by-file compare of a copied file: a rewritten backend shares the contract of its
@@ -51,7 +52,7 @@ class _Params:
 
 
 def _decorators(fn: _Func) -> set[str]:
-    return {ast.unparse(d).rsplit(".", 1)[-1] for d in fn.decorator_list}
+    return {unparse(d).rsplit(".", 1)[-1] for d in fn.decorator_list}
 
 
 def _params(fn: _Func) -> _Params:
@@ -71,7 +72,7 @@ def _only_raises(fn: _Func) -> bool:
 
 
 def _sig(fn: _Func) -> str:
-    return f"{fn.name}({ast.unparse(fn.args)})"
+    return f"{fn.name}({unparse(fn.args)})"
 
 
 def _methods(cls: ast.ClassDef) -> dict[str, _Func]:
@@ -91,7 +92,7 @@ def _is_abc(mro: list[UpClass]) -> bool:
 
 
 def _tail(node: ast.expr) -> str:
-    return ast.unparse(node).rsplit(".", 1)[-1]
+    return unparse(node).rsplit(".", 1)[-1]
 
 
 def incompatibility(up: _Func, port: _Func, passed_by_keyword: Callable[[str], bool] = lambda _: False) -> str | None:
@@ -211,7 +212,7 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
                  f"{cls.name} takes the role of upstream {pair.upstream_class} ({pair.relation})", *seen),
                 severity=sev)
         old = _lookup(old_mro, name) if old_mro else None
-        if old is not None and ast.dump(old[1].args) != ast.dump(up.args) and problem is not None \
+        if old is not None and dump(old[1].args) != dump(up.args) and problem is not None \
                 and incompatibility(old[1], fn) is None:
             yield (Difference(
                 kind="upstream-not-followed", path=port_path, line=fn.lineno, symbol=qual, declared=False, reason="",

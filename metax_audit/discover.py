@@ -25,8 +25,6 @@ from metax_audit.models import (
     SourceFile,
 )
 from metax_audit.pysource import (
-    MAX_DEPTH,
-    TOO_DEEP,
     TOO_LARGE,
     ParsedSource,
     check_source,
@@ -686,10 +684,9 @@ def coverage_findings(discovery: Discovery) -> Iterator[Finding]:
     for f in discovery.files:
         if f.parse_error is None:
             continue
-        if f.parse_error.startswith((TOO_LARGE, TOO_DEEP)):
+        if f.parse_error.startswith(TOO_LARGE):
             yield make_finding("MXA002", Location(f.path, 0, f.module), f"{f.path} was not analysed: {f.parse_error}",
-                               (f"{f.path}: {f.parse_error}", "discover: files over max_file_bytes are not parsed"
-                                if f.parse_error.startswith(TOO_LARGE) else f"discover: nesting deeper than {MAX_DEPTH} is not analysed"))
+                               (f"{f.path}: {f.parse_error}", "discover: files over max_file_bytes are not parsed"))
             continue
         m = re.search(r"\(line (\d+)\)", f.parse_error)
         line = int(m.group(1)) if m else 0

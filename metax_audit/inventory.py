@@ -196,7 +196,7 @@ def _status(
 ) -> tuple[FileStatus, str]:
     if src is not None and src.parse_error:
         # discover also records size skips here ("too large: ..."), which are not syntax errors
-        broken = not src.parse_error.startswith(("too large", "expression too deep"))
+        broken = not src.parse_error.startswith("too large")
         return NOT_ANALYSED, f"parse error: {src.parse_error}" if broken else f"not parsed: {src.parse_error}"
     skipped = [f for f in here if f.rule in _NOT_ANALYSED_RULES]
     if skipped:

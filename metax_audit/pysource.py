@@ -15,84 +15,67 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.util import decode_source
-from itertools import accumulate
 from pathlib import Path, PurePosixPath
 
 TOO_LARGE = "too large"  # prefix of SourceFile.parse_error for files skipped by size, not broken
-TOO_DEEP = "expression too deep to analyse"  # prefix for files skipped by nesting depth, not broken
 
 
-# The deepest expression nesting the stages analyse. The walkers (ours, ast.dump, ast.NodeVisitor)
-# recurse a few frames per level; real code stays far below (vLLM 0.26.0 and the port: 29 at most),
-# a generated or hostile 2000-term `'a' + 'a' + ...` does not. Deeper files are recorded, not analysed.
-MAX_DEPTH = 100
-_LONG_SPAN = MAX_DEPTH - 2  # characters: a shorter one-line expression cannot nest MAX_DEPTH deep (a
-# level takes a character at least, `--x`; the innermost node adds two: Name and its Load context)
+def dump(node: ast.AST) -> str:
+    """ast.dump(node), also for a node nested too deep for ast.dump's recursion (a 2000-term
+    `'a' + 'a' + ...`): then the same string is built without recursion."""
+    try:
+        return ast.dump(node)
+    except RecursionError:
+        return dump_iterative(node)
 
 
-class TooDeep(ValueError):
-    """A parsed tree nests deeper than MAX_DEPTH at `line`."""
-
-    def __init__(self, line: int) -> None:
-        super().__init__(f"{TOO_DEEP} at line {line}")
-        self.line = line
-
-    def at(self, rel_path: str) -> str:
-        return f"{TOO_DEEP} at {rel_path}:{self.line}"
+def unparse(node: ast.AST) -> str:
+    """ast.unparse(node) for display; a node nested too deep for its recursion is shown as a
+    placeholder naming its line (the comparison itself uses dump, which is exact)."""
+    try:
+        return ast.unparse(node)
+    except RecursionError:
+        return f"<expression too deep to show, line {getattr(node, 'lineno', '?')}>"
 
 
-def _nesting(node: ast.AST) -> int:
-    """Depth of the subtree under `node`, counted without recursion."""
-    deepest, stack = 0, [(node, 1)]
-    while stack:
-        here, depth = stack.pop()
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(here))
-    return deepest
-
-
-def check_depth(tree: ast.AST, text: str = "") -> None:
-    """Raise TooDeep when an expression of `tree` nests deeper than MAX_DEPTH. Iterative and cheap:
-    statements are walked, and only an expression long enough to be that deep is measured.
-    (Statements themselves nest at most 100 deep: the tokenizer's indentation limit.) With `text`, a
-    multi-line expression is measured only when it holds _LONG_SPAN non-blank characters."""
-    lines = text.splitlines(keepends=True) if text else []
-    starts = [0, *accumulate(len(ln) for ln in lines)]
-
-    def short(item: ast.AST) -> bool:
-        if isinstance(item, ast.Constant):  # a docstring: long, never deep
-            return True
-        start, end = getattr(item, "lineno", None), getattr(item, "end_lineno", None)
-        if start is None or end is None:
-            return False
-        if end == start:
-            return (item.end_col_offset or 0) - item.col_offset < _LONG_SPAN
-        if not lines or end > len(lines):
-            return False
-        seg = text[starts[start - 1] + item.col_offset: starts[end - 1] + (item.end_col_offset or 0)]
-        return len(seg) - seg.count(" ") - seg.count("\n") < _LONG_SPAN
-
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        for _, value in ast.iter_fields(node):
-            for item in value if isinstance(value, list) else (value,):
-                if not isinstance(item, ast.AST):
+def dump_iterative(root: ast.AST) -> str:
+    """Exactly ast.dump(root) (annotated fields, no attributes, no indent), without recursion."""
+    done: list[str] = []
+    todo: list[tuple[int, object, object]] = [(0, root, None)]  # (0 visit | 1 node | 2 list, value, extra)
+    while todo:
+        kind, value, extra = todo.pop()
+        if kind == 1:
+            names: list[str] = extra  # type: ignore[assignment]
+            args = done[len(done) - len(names):] if names else []
+            del done[len(done) - len(names):]
+            done.append(f"{value}({', '.join(f'{n}={a}' for n, a in zip(names, args, strict=True))})")
+        elif kind == 2:
+            n: int = extra  # type: ignore[assignment]
+            items = done[len(done) - n:]
+            del done[len(done) - n:]
+            done.append(f"[{', '.join(items)}]")
+        elif isinstance(value, ast.AST):
+            cls = type(value)
+            present: list[tuple[str, object]] = []
+            for name in value._fields:
+                try:
+                    field_value = getattr(value, name)
+                except AttributeError:
                     continue
-                if isinstance(item, ast.stmt | ast.excepthandler | ast.match_case):
-                    stack.append(item)
+                if field_value is None and getattr(cls, name, ...) is None:
                     continue
-                if short(item):
-                    continue
-                if _nesting(item) > MAX_DEPTH:
-                    raise TooDeep(getattr(item, "lineno", None) or getattr(node, "lineno", 0) or 0)
-
-
-def parse_checked(text: str, filename: str) -> ast.Module:
-    """ast.parse plus check_depth: the one way a stage gets a tree it can walk recursively."""
-    tree = ast.parse(text, filename=filename)
-    check_depth(tree, text)
-    return tree
+                present.append((name, field_value))
+            todo.append((1, cls.__name__, [n for n, _ in present]))
+            todo.extend((0, v, None) for _, v in reversed(present))
+        elif isinstance(value, list):
+            if not value:
+                done.append("[]")
+            else:
+                todo.append((2, None, len(value)))
+                todo.extend((0, v, None) for v in reversed(value))
+        else:
+            done.append(repr(value))
+    return done[0]
 
 
 @dataclass(frozen=True)
@@ -168,11 +151,9 @@ def parse_text(rel_path: str, text: str | None, error: str | None) -> ParsedSour
         return ParsedSource(rel_path, None, None, error)
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     try:
-        tree = parse_checked(text, rel_path)
+        tree = ast.parse(text, filename=rel_path)
     except SyntaxError as exc:
         return ParsedSource(rel_path, text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})", lines)
-    except TooDeep as exc:
-        return ParsedSource(rel_path, text, None, exc.at(rel_path), lines)
     except (ValueError, RecursionError, MemoryError) as exc:
         return ParsedSource(rel_path, text, None, f"{type(exc).__name__}: {exc}", lines)
     return ParsedSource(rel_path, text, tree, None, lines)
@@ -186,12 +167,8 @@ def check_source(rel_path: str, text: str | None, error: str | None) -> ParsedSo
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     try:
         compile(text, rel_path, "exec", dont_inherit=True)
-        if text and max(map(len, text.splitlines())) >= _LONG_SPAN:  # only a long line can hide MAX_DEPTH
-            parse_checked(text, rel_path)
     except SyntaxError as exc:
         return ParsedSource(rel_path, text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})", lines)
-    except TooDeep as exc:
-        return ParsedSource(rel_path, text, None, exc.at(rel_path), lines)
     except (ValueError, RecursionError, MemoryError) as exc:
         return ParsedSource(rel_path, text, None, f"{type(exc).__name__}: {exc}", lines)
     return ParsedSource(rel_path, text, None, None, lines)
@@ -348,7 +325,7 @@ def cached_parse(path: str | Path) -> tuple[str, ast.Module]:
         raise entry.decode_error.with_traceback(None)  # type: ignore[union-attr]
     if entry.tree is None and entry.parse_error is None:
         try:
-            entry.tree = parse_checked(entry.text, os.path.abspath(path))
+            entry.tree = ast.parse(entry.text, filename=os.path.abspath(path))
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             entry.parse_error = exc
     if entry.parse_error is not None:
@@ -377,8 +354,6 @@ def read_source_cached(root: Path, rel_path: str, max_bytes: int) -> ParsedSourc
         _, tree = cached_parse(full)
     except SyntaxError as exc:
         return ParsedSource(rel_path, text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})", lines)
-    except TooDeep as exc:
-        return ParsedSource(rel_path, text, None, exc.at(rel_path), lines)
     except (ValueError, RecursionError, MemoryError) as exc:
         return ParsedSource(rel_path, text, None, f"{type(exc).__name__}: {exc}", lines)
     except OSError as exc:

@@ -8,7 +8,7 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from metax_audit.pysource import TooDeep, cached_parse, iter_tokens, standalone_comments
+from metax_audit.pysource import cached_parse, iter_tokens, standalone_comments
 
 # griffe could load the same structure, but the tracer needs the raw function bodies, the import
 # statements nested inside functions and the comment lines inside calls; one ast pass per file
@@ -236,9 +236,6 @@ class ModuleIndex:
             source, tree = cached_parse(path)  # shared with the other stages; never mutated
         except SyntaxError as exc:
             self.skips[rel] = Skip(rel, f"syntax error at line {exc.lineno}: {exc.msg}")
-            return None
-        except TooDeep as exc:
-            self.skips[rel] = Skip(rel, exc.at(rel))
             return None
         except (RecursionError, MemoryError) as exc:
             self.skips[rel] = Skip(rel, f"not traced: too deeply nested to parse ({type(exc).__name__})")
