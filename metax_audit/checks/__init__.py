@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+# Every check module is imported with the package, so the rules of findings made in a forked
+# child (binding checks, dataflow) are declared in the parent too (help text in SARIF, Markdown).
+from metax_audit.checks import attributes, binding, claims, graph_capture, imports, kwargs, signatures  # noqa: F401
 from metax_audit.checks.inactive_path import check_inactive_paths
 from metax_audit.checks.lse import check_dataflow
 from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult
@@ -26,8 +29,6 @@ def run_checks(
     upstream_calls: Sequence[CallSite] = (),
 ) -> Iterator[Finding]:
     """All stack checks in a fixed order: signature, kwargs-swallowed, import, graph-capture, claim."""
-    from metax_audit.checks import claims, graph_capture, imports, kwargs, signatures
-
     yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls)
     yield from kwargs.check_kwargs(discovery.root, trace, facts)
     yield from imports.check_imports(discovery, facts)
