@@ -13,6 +13,17 @@ from pathlib import Path
 from metax_audit.comments import Comment, CommentMap, iter_statements, read_comments
 from metax_audit.compare_roles import compare_roles
 from metax_audit.config import AuditConfig
+from metax_audit.consequence import (
+    CAPABILITY_HOOK,
+    NOT_KERNEL,
+    VendorPlatform,
+    enclosing_gate,
+    gate_of,
+    kernel_relevant,
+    only_fields,
+    only_port_names,
+    read_vendor_platform,
+)
 from metax_audit.counterparts import (
     FileCounterpart,
     map_classes,
@@ -91,6 +102,7 @@ FOREIGN_PLATFORM_CALLS = frozenset({"is_rocm", "is_xpu", "is_tpu", "is_cpu", "is
 _ARCH_TEXT = re.compile(r"capabilit|hopper|blackwell|sm_?\d", re.IGNORECASE)
 _SM_TEXT = re.compile(r"\bsm_?(?:[6-9]\d|1[0-2]\d)[a-z]?\b", re.IGNORECASE)
 _LOG_METHODS = frozenset({"debug", "info", "warning", "warning_once", "info_once", "debug_once", "error", "exception"})
+_CAPABILITY_QUERY = re.compile(r"^(is_\w+|supports_\w+|has_\w+|\w+_supports_\w+|\w+_supported|\w+_available)$")
 _CLASS_ATTR_METHODS = re.compile(r"^(get_supported_\w+|supports_\w+|get_supported_kernel_block_sizes|get_min_block_size)$")
 
 ACTIONS: dict[str, tuple[str, str]] = {
@@ -174,6 +186,80 @@ class _Side:
     import_ends: dict[int, int] = field(default_factory=dict)  # import statement line -> last line
 
 
+@dataclass(frozen=True)
+class _Env:
+    """What every file's comparison shares: the vendor platform's fixed answers, the port's references,
+    the two release versions and whether the base release is known for the file."""
+
+    platform: VendorPlatform
+    refs: _PortRefs
+    target: str | None
+    base: str | None
+    base_state: str = "none"  # "none": no --base | "same": upstream did not change the file | "side": three-way
+
+    def attribution(self, drift: bool) -> str:
+        if drift:
+            return "drift"
+        return "port-only" if self.base_state != "none" else ""
+
+
+class _PortRefs:
+    """Whole-word references to a name anywhere in the port package (read lazily, once)."""
+
+    def __init__(self, root: Path, package: str) -> None:
+        self._dir = root / package.replace(".", "/")
+        self._texts: list[tuple[str, str]] | None = None
+        self._cache: dict[tuple[str, str, int, int], list[tuple[str, int]]] = {}
+
+    def uses(self, name: str, path: str, first: int, last: int) -> list[tuple[str, int]] | None:
+        """Where `name` occurs in the port package outside lines first..last of `path` (its own definition);
+        None when there is no port package to search."""
+        key = (name, path, first, last)
+        if key not in self._cache:
+            if self._texts is None:
+                self._texts = []
+                for f in sorted(self._dir.rglob("*.py")) if self._dir.is_dir() else []:
+                    try:
+                        self._texts.append((f.relative_to(self._dir.parent).as_posix(), f.read_text(encoding="utf-8")))
+                    except (OSError, UnicodeDecodeError, ValueError):
+                        continue
+            if not self._texts:
+                return None
+            pattern = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
+            found: list[tuple[str, int]] = []
+            for rel, text in self._texts:
+                for m in pattern.finditer(text):
+                    line = text.count("\n", 0, m.start()) + 1
+                    if not (rel == path and first <= line <= last):
+                        found.append((rel, line))
+                        if len(found) > 20:
+                            break
+            self._cache[key] = found
+        return self._cache[key]
+
+
+def _default_env() -> _Env:
+    return _Env(VendorPlatform(), _PortRefs(Path("/nonexistent"), "_"), None, None)
+
+
+def _port_names(side: _Side, package: str) -> frozenset[str]:
+    """Names the port file defines itself or imports from its own package (its own classes and ops)."""
+    names = {n.name for n in ast.walk(side.tree) if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}
+    root = package.split(".")[0]
+    for node in ast.walk(side.tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == root):
+            names.update(a.asname or a.name for a in node.names)
+    for node in iter_statements(side.tree.body):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            names.add(node.targets[0].id)
+    for node in ast.walk(side.tree):  # ops the port registers itself: direct_register_custom_op(op_name="x", ...)
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg == "op_name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                    names.add(kw.value.value)
+    return frozenset(names)
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -191,6 +277,8 @@ def compare(
     files: list[FileComparison] = []
     drift_all: list[Difference] = []
     up_root = upstream.root if upstream else None
+    env = _Env(read_vendor_platform(discovery.root, config.platform_path), _PortRefs(discovery.root, config.port_package),
+               upstream.version if upstream else None, base.version if base else None)
     registry = read_registry(up_root, config.upstream_package)
     up_classes = UpstreamClasses(up_root, config.upstream_package) if up_root is not None else None
 
@@ -250,27 +338,30 @@ def compare(
             _rename_in_place(port.tree, port.rename)
         _index(port, class_map)
         base_file = base.root / (cp.upstream_path or "") if base is not None and base.root is not None else None
+        file_env = env
         if base_file is not None and _same_text(base_file, up.text):
-            base_file = None  # upstream did not touch this file between the releases
+            base_file = None  # upstream did not touch this file between the releases: every difference is the port's
+            file_env = replace(env, base_state="same")
+        elif base is not None:
+            file_env = replace(env, base_state="side")
         base_side = _load(base_file, cp.upstream_path or "", config, port_side=False) if base_file is not None else None
-        diffs = list(_compare_pair(port, up, cp, base_side, in_scope))
+        port_names = _port_names(port, config.port_package)
+        diffs = list(_compare_pair(port, up, cp, base_side, in_scope, file_env, port_names))
+        drift: list[Difference] = []
         if base_side is not None:
-            drift = list(_three_way(port, up, base_side, cp))
+            drift = list(_three_way(port, up, base_side, cp, file_env))
             diffs = _reclassify_followed(diffs, drift)
             # Hunks the port kept in the base form belong to the three-way view too.
             seen = {(d.symbol, d.line) for d in drift}
             drift += [d for d in diffs if d.kind == "upstream-not-followed" and (d.symbol, d.line) not in seen]
             drift_all.extend(drift)
-            findings.extend(_drift_findings(drift, cp, upstream, base))
         diffs.sort(key=lambda d: (d.line, d.kind, d.symbol))
         files.append(FileComparison(
             src.path, cp.upstream_path, vendor_only=False, class_map=dict(class_map),
             differences=tuple(diffs), declared_blocks=len(port.comments.blocks),
         ))
-        findings.extend(_difference_findings(diffs, cp))
-    # A member-level change shows up both as a difference and as drift: report it once.
-    unique = list({f.site: f for f in findings}.values())
-    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift_all)), unique
+        findings.extend(_comparison_findings(diffs, drift, cp, file_env))
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift_all)), findings
 
 
 def _compare_by_role(path: str, port: _Side, cp: FileCounterpart, config: AuditConfig, up_classes: UpstreamClasses | None,
@@ -392,10 +483,12 @@ def _rename_in_place(tree: ast.AST, mapping: dict[str, str]) -> None:
 
 
 def _compare_pair(port: _Side, up: _Side, cp: FileCounterpart, base: _Side | None = None,
-                  in_scope: frozenset[str] = frozenset()) -> Iterator[Difference]:
+                  in_scope: frozenset[str] = frozenset(), env: _Env | None = None,
+                  port_names: frozenset[str] = frozenset()) -> Iterator[Difference]:
     up_comments = {_squash(c.text) for c in up.comments.comments.values()}
-    ctx = _Ctx(port, up, cp, port.rename, up_comments, base, in_scope)
-    yield from _compare_imports(ctx)
+    ctx = _Ctx(port, up, cp, port.rename, up_comments, base, in_scope, env or _default_env(), port_names)
+    for d in _compare_imports(ctx):
+        yield _member(ctx, d)
     yield from _compare_members(ctx)
     yield from _compare_body(ctx, "<module>", up.other, port.other, anchor=1, bbody=base.other if base else None)
 
@@ -409,6 +502,39 @@ class _Ctx:
     up_comments: set[str]
     base: _Side | None = None  # the upstream release the port was synced to, when known
     in_scope: frozenset[str] = frozenset()  # dotted modules of the files under review
+    env: _Env | None = None
+    port_names: frozenset[str] = frozenset()  # names the port defines or imports from its own package
+
+    @property
+    def platform(self) -> VendorPlatform:
+        return self.env.platform if self.env is not None else VendorPlatform()
+
+    def never_called(self, qual: str, depth: int = 0) -> str:
+        """Evidence that the port never calls this function (module-level or private), or "": every
+        reference to its name in the port package lies in its own body or in functions never called."""
+        fn = self.port.funcs.get(qual)
+        if fn is None or self.env is None or depth > 3:
+            return ""
+        short = fn.name
+        if "." in qual and not (short.startswith("_") and not short.startswith("__")):
+            return ""  # a public method may be called by the framework through its base class
+        uses = self.env.refs.uses(short, self.port.path, _start(fn), fn.end_lineno or fn.lineno)
+        if uses is None:
+            return ""
+        callers = []
+        for rel, line in uses:
+            owner = self._top_function(line) if rel == self.port.path else None
+            if owner is None or not self.never_called(owner, depth + 1):
+                return ""
+            callers.append(owner)
+        via = f" (only from {', '.join(sorted(set(callers)))}, itself never called)" if callers else ""
+        return f"{qual} is never referenced in the port package outside its own definition{via}"
+
+    def _top_function(self, line: int) -> str | None:
+        for qual, fn in self.port.funcs.items():
+            if "." not in qual and _start(fn) <= line <= (fn.end_lineno or fn.lineno):
+                return qual
+        return None
 
     def diff(self, kind: str, line: int, symbol: str, detail: str, span: tuple[int, int] | None = None,
              upstream_line: int | None = None) -> Difference:
@@ -552,11 +678,11 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
     # Classes present on one side only.
     for name, cls in up.classes.items():
         if name not in port.classes and not _parent_missing(name, port.classes, up.classes):
-            yield ctx.removal("removed", 0, name, f"upstream class {name} has no port counterpart", cls.lineno)
+            yield _member(ctx, ctx.removal("removed", 0, name, f"upstream class {name} has no port counterpart", cls.lineno))
     for name, cls in port.classes.items():
         if name not in up.classes and not _parent_missing(name, up.classes, port.classes):
             kind = "added"
-            yield ctx.diff(kind, cls.lineno, name, f"class {cls.name} is not in upstream", (_start(cls), cls.lineno))
+            yield _member(ctx, ctx.diff(kind, cls.lineno, name, f"class {cls.name} is not in upstream", (_start(cls), cls.lineno)))
     # Functions and methods.
     for qual, ufn in up.funcs.items():
         owner = qual.rsplit(".", 1)[0] if "." in qual else ""
@@ -568,7 +694,7 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
             continue  # the port class subclasses upstream's: the method is inherited, not removed
         else:
             anchor = _anchor(ctx, qual)
-            yield ctx.removal("removed", anchor, qual, f"upstream {qual}{_sig(ufn)} is absent from the port", ufn.lineno)
+            yield _member(ctx, ctx.removal("removed", anchor, qual, f"upstream {qual}{_sig(ufn)} is absent from the port", ufn.lineno))
     for qual, pfn in port.funcs.items():
         owner = qual.rsplit(".", 1)[0] if "." in qual else ""
         if qual in up.funcs or (owner and owner not in up.classes):
@@ -576,7 +702,7 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
         kind = "feature-disabled" if _only_raises(pfn) else "added"
         kind = "arch-check" if kind == "added" and _arch_in(pfn) else kind
         detail = f"{qual}{_sig(pfn)} is not in upstream" + (" (body only raises)" if kind == "feature-disabled" else "")
-        yield ctx.diff(kind, pfn.lineno, qual, detail, (_start(pfn), pfn.lineno))
+        yield _member(ctx, ctx.diff(kind, pfn.lineno, qual, detail, (_start(pfn), pfn.lineno)))
     # Class attributes and module constants.
     for key in sorted(set(up.attrs) | set(port.attrs)):
         owner = key.rsplit(".", 1)[0] if "." in key else ""
@@ -589,15 +715,44 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
                 b = ctx.base.attrs.get(key) if ctx.base is not None else None
                 if b is not None and dump(b) == dump(p):
                     kind = "upstream-not-followed"  # upstream changed it after the base release; the port has the old value
-                yield ctx.diff(kind, p.lineno, key, f"{key}: {_value_delta(u, p)}", (p.lineno, p.end_lineno or p.lineno), u.lineno)
+                yield _member(ctx, ctx.diff(kind, p.lineno, key, f"{key}: {_value_delta(u, p)}", (p.lineno, p.end_lineno or p.lineno), u.lineno))
         elif p is not None:
-            yield ctx.diff(kind if owner else "added", p.lineno, key, f"{key} = {_value(p)} is not in upstream", (p.lineno, p.end_lineno or p.lineno))
+            yield _member(ctx, ctx.diff(kind if owner else "added", p.lineno, key, f"{key} = {_value(p)} is not in upstream", (p.lineno, p.end_lineno or p.lineno)))
         elif u is not None and not (owner and _inherits(port.classes[owner], owner)):
             anchor = _anchor(ctx, key)
             if not owner and _is_logger(u):
                 kind = "cosmetic"  # a module logger: dropping it changes no behaviour the review checks
-            yield ctx.removal(kind if owner else kind.replace("changed", "removed"), anchor, key,
-                              f"upstream {key} = {_value(u)} is absent from the port", u.lineno)
+            yield _member(ctx, ctx.removal(kind if owner else kind.replace("changed", "removed"), anchor, key,
+                              f"upstream {key} = {_value(u)} is absent from the port", u.lineno))
+
+
+def _member(ctx: _Ctx, d: Difference) -> Difference:
+    """Note and attribution of a member-level or import difference (a whole member, field or import)."""
+    short = d.symbol.rsplit(".", 1)[-1]
+    note = ""
+    if d.kind == "port-module-import":
+        note = ("the port's own copy of the module upstream imports from, compared as its own file" if "upstream imports" in d.detail
+                else "an import from the port's own package (the code using it is reported where it is)")
+    elif d.kind == "vendor-kernel-import" and d.detail.split(" from ", 1)[-1].startswith(ctx.cp.path.split("/")[0] + "."):
+        note = "swap to the port's own module: " + d.detail.split(" (", 1)[0]
+    elif d.kind in {"removed", "class-attribute"} and d.detail.endswith(_ABSENT) and not CAPABILITY_HOOK.match(short):
+        note = "an upstream member the port does not provide (not a capability hook the framework calls)"
+    elif d.kind in {"added", "class-attribute"} and d.detail.endswith("is not in upstream"):
+        note = "a field only the port adds" if " = " in d.detail.split(" is not in upstream")[0] else \
+            "port-only code: nothing upstream to compare with (its calls are checked against the installed stack)"
+    elif d.kind == "feature-disabled":
+        note = "the port rejects this path (its body only raises): a path it does not run"
+    elif d.kind == "class-attribute" and "port drops" in d.detail and "port adds" not in d.detail:
+        note = "the port narrows the list: the values it drops are refused at backend selection"
+    elif d.kind == "signature-changed" and not kernel_relevant([d.detail]):
+        note = NOT_KERNEL
+    elif d.kind == "changed" and d.detail.startswith("the port defines"):
+        note = ""
+    if not note and d.kind not in {"removed", "signature-changed"} and d.symbol in ctx.port.funcs:
+        gate = ctx.never_called(d.symbol)
+        note = f"a path the vendor never runs: {gate}" if gate else ""
+    attribution = d.attribution or (ctx.env.attribution(d.kind == "upstream-not-followed") if ctx.env is not None else "")
+    return replace(d, note=note or d.note, attribution=attribution)
 
 
 def _is_logger(stmt: ast.stmt) -> bool:
@@ -637,7 +792,8 @@ def _compare_function(ctx: _Ctx, qual: str, ufn: ast.AST, pfn: ast.AST) -> Itera
     if dump(pfn.args) != dump(ufn.args):
         header_end = pfn.body[0].lineno - 1 if pfn.body else pfn.lineno
         kind = "signature-changed"
-        yield ctx.diff(kind, pfn.lineno, qual, f"upstream {qual}{_sig(ufn)} / port {_sig(pfn)}", (pfn.lineno, max(pfn.lineno, header_end)), ufn.lineno)
+        yield _member(ctx, ctx.diff(kind, pfn.lineno, qual, f"upstream {qual}{_sig(ufn)} / port {_sig(pfn)}",
+                                    (pfn.lineno, max(pfn.lineno, header_end)), ufn.lineno))
     attr_method = bool(_CLASS_ATTR_METHODS.match(qual.rsplit(".", 1)[-1]))
     bfn = ctx.base.funcs.get(qual) if ctx.base is not None else None
     bbody = _body(bfn) if isinstance(bfn, ast.FunctionDef | ast.AsyncFunctionDef) else None
@@ -663,8 +819,13 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             for first, last in _arch_groups(ptoks[j1:j2]):
-                yield ctx.diff("arch-check", first.line, qual, f"kept from upstream: {_text(ctx.port, first)}",
-                               (first.line, last.end), utoks[i1 + ptoks[j1:j2].index(first)].line)
+                d = ctx.diff("arch-check", first.line, qual, f"kept from upstream: {_text(ctx.port, first)}",
+                             (first.line, last.end), utoks[i1 + ptoks[j1:j2].index(first)].line)
+                const = _arch_constant([first.node], ctx.platform)
+                note = f"predicate constant on the vendor platform: {const}" if const else (
+                    _hunk_note(ctx, qual, "kept", [], [first], (first.line, last.end))
+                    or "inherited unchanged from upstream: the capability the vendor platform reports decides it")
+                yield replace(d, note=note, attribution="inherited")
             continue
         u, p = utoks[i1:i2], ptoks[j1:j2]
         if p:
@@ -674,11 +835,92 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
             nxt = ptoks[j1].line if j1 < len(ptoks) else prev_end + 1
             span = (prev_end + 1, max(prev_end + 1, nxt))
         kind, detail = _classify(ctx, u, p)
-        if bkeys is not None and u and kind not in {"arch-check", "foreign-platform-branch"} and not (bkeys & {t.key for t in u}) and all(t.key in bkeys for t in p):
+        drift = False
+        if bkeys is not None and u and kind not in {"arch-check", "foreign-platform-branch"} and _kept_base(u, p, bkeys):
             # Upstream wrote this after the base release and the port still has the base form.
             kind, detail = "upstream-not-followed", f"upstream changed this after the base release; the port keeps the earlier form: {detail}"
+            drift = True
         line = span[0] if p else span[0] - 1
-        yield ctx.diff(kind, line, qual, detail, span, u[0].line if u else None)
+        d = ctx.diff(kind, line, qual, detail, span, u[0].line if u else None)
+        attribution = ctx.env.attribution(drift) if ctx.env is not None else ""
+        yield replace(d, note=_hunk_note(ctx, qual, kind, u, p, span), attribution=attribution)
+
+
+def _kept_base(u: list[_Tok], p: list[_Tok], bkeys: set[str]) -> bool:
+    """The port's side of the hunk is the base release's code and upstream's side is new since then."""
+    ukeys = {t.key for t in u}
+    if not all(t.key in bkeys for t in p):
+        return False
+    return bool(ukeys - bkeys) if p else not (ukeys & bkeys)
+
+
+def _port_gate(ctx: _Ctx, qual: str, span: tuple[int, int]) -> str:
+    fn = ctx.port.funcs.get(qual)
+    if fn is None or not span[0]:
+        return ""
+    gate = enclosing_gate(fn, span, ctx.platform)
+    return f"a path the vendor never runs: {gate}" if gate else ""
+
+
+def _arch_constant(nodes: Iterable[ast.AST], platform: VendorPlatform) -> str:
+    """Evidence when every capability question in `nodes` has a fixed answer on the vendor platform."""
+    calls = [c for n in nodes for c in ast.walk(n) if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] in ARCH_CALLS]
+    answers = [platform.value(c) for c in calls]
+    if not calls or any(a is None for a in answers):
+        return ""
+    return "; ".join(sorted({f"{_callee(c).rsplit('.', 1)[-1]}(...) is {a[0]}: {a[1]}" for c, a in zip(calls, answers, strict=True) if a}))
+
+
+def _returns_constant(nodes: list[ast.AST]) -> bool:
+    return len(nodes) == 1 and isinstance(nodes[0], ast.Return) and isinstance(nodes[0].value, ast.Constant)
+
+
+def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], span: tuple[int, int]) -> str:
+    """Why a hunk is info: a known vendor adaptation or a path the vendor never runs; "" when it may
+    change what a kernel computes or whether it runs on the vendor device."""
+    un, pn = [t.node for t in u], [t.node for t in p]
+    if kind == "foreign-platform-branch":
+        return "a branch only another platform takes"
+    dead = ctx.never_called(qual) if qual != "<module>" else ""
+    if dead:
+        return f"a path the vendor never runs: {dead}"
+    gate = _port_gate(ctx, qual, span) if p else ""
+    if gate:
+        return gate
+    if u and not p:
+        dropped = gate_of(un, ctx.platform)
+        if dropped:
+            return f"the port drops a {dropped}"
+    if kind == "arch-check":
+        const = _arch_constant(un or pn, ctx.platform) if not (u and p) or _arch_constant(pn, ctx.platform) else ""
+        if const:
+            return f"predicate constant on the vendor platform: {const}"
+        if u and not any(t.arch for t in p) and (_returns_constant(pn) or _platform_query(pn, ctx.platform)):
+            return f"capability floor replaced by the vendor's answer: {'; '.join(_text(ctx.port, t) for t in p[:2])}"
+        return ""
+    if kind == "feature-disabled" and any(isinstance(n, ast.Raise | ast.Assert) for n in pn):
+        return "the port rejects this case up front (raise/assert): a path it does not run"
+    pairs = _token_pairs(un, pn)
+    if u and p and pairs and only_port_names(((a, b) for a, b, _ in pairs), ctx.port_names):
+        return "swap to the port's own class or op: " + "; ".join(f"{a.strip()} -> {b.strip()}" for a, b, _ in pairs[:3])
+    if kind == "added" and only_fields(pn):
+        return "a field only the port adds"
+    if kind == "class-attribute" and u and _returns_constant(pn) and re.search(r"capabilit", " ".join(_text(ctx.up, t) for t in u)):
+        return f"capability floor replaced by the vendor's answer: {_text(ctx.port, p[0])}"
+    if kind in {"class-attribute", "changed"} and u and _returns_constant(pn) and _CAPABILITY_QUERY.match(qual.rsplit(".", 1)[-1]):
+        value = pn[0].value.value  # type: ignore[attr-defined]
+        return f"capability replaced by the vendor's answer: {qual} returns {value!r} on the port"
+    if kind in {"changed", "removed", "added", "call-changed", "fallback-added", "class-attribute"}:
+        texts = [a + " " + b for a, b, _ in pairs] if pairs else [_text(ctx.up, t) for t in u] + [_text(ctx.port, t) for t in p]
+        if kind == "call-changed":
+            texts = [re.sub(r":.*", "", s, flags=re.S) for s in [_classify(ctx, u, p)[1]]]
+        if not kernel_relevant(texts):
+            return NOT_KERNEL
+    return ""
+
+
+def _platform_query(nodes: list[ast.AST], platform: VendorPlatform) -> bool:
+    return any(isinstance(c, ast.Call) and platform.value(c) is not None for n in nodes for c in ast.walk(n))
 
 
 def _mark_arch(side: _Side, toks: list[_Tok]) -> list[_Tok]:
@@ -783,6 +1025,14 @@ def _classify(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> tuple[str, str]:
 def _focus(un: list[ast.AST], pn: list[ast.AST]) -> str:
     """Where two hunks differ, token by token: the shown texts are cut at 120 characters and a change
     inside a long call would be invisible in them."""
+    parts = []
+    for a, b, before in _token_pairs(un, pn)[:3]:
+        parts.append(f"...{before} [upstream: {_short(a, 80) or '-'} | port: {_short(b, 80) or '-'}]")
+    return "; ".join(parts)
+
+
+def _token_pairs(un: list[ast.AST], pn: list[ast.AST]) -> list[tuple[str, str, str]]:
+    """(upstream text, port text, text before) of each token run where two hunks differ."""
     def tokens(nodes: list[ast.AST]) -> list[str]:
         texts = []
         for n in nodes:
@@ -793,15 +1043,11 @@ def _focus(un: list[ast.AST], pn: list[ast.AST]) -> str:
         return re.findall(r"\w+|[^\w\s]+|\s+", "; ".join(texts))
 
     ut, pt = tokens(un), tokens(pn)
-    parts = []
+    out = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ut, pt, autojunk=False).get_opcodes():
-        if op == "equal":
-            continue
-        before = "".join(ut[max(0, i1 - 6) : i1]).lstrip()
-        parts.append(f"...{before} [upstream: {_short(''.join(ut[i1:i2]), 80) or '-'} | port: {_short(''.join(pt[j1:j2]), 80) or '-'}]")
-        if len(parts) == 3:
-            break
-    return "; ".join(parts)
+        if op != "equal":
+            out.append(("".join(ut[i1:i2]), "".join(pt[j1:j2]), "".join(ut[max(0, i1 - 6) : i1]).lstrip()))
+    return out
 
 
 def _foreign_branch(u: list[_Tok]) -> bool:
@@ -928,9 +1174,9 @@ def _upstream_changes(base: _Side, target: _Side) -> Iterator[_Change]:
             yield _Change("attribute-changed", key, f"upstream changed {key}: {_value(old_attr)} -> {_value(stmt)}", stmt.lineno)
 
 
-def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart) -> Iterator[Difference]:
+def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart, env: _Env | None = None) -> Iterator[Difference]:
     rename = port.rename
-    ctx = _Ctx(port, target, cp, rename, {_squash(c.text) for c in target.comments.comments.values()})
+    ctx = _Ctx(port, target, cp, rename, {_squash(c.text) for c in target.comments.comments.values()}, env=env)
     for ch in _upstream_changes(base, target):
         followed, line, span = _followed(ctx, ch)
         if followed is None:
@@ -939,6 +1185,9 @@ def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart) -> 
         d = ctx.diff(kind, line, ch.symbol, ch.detail, span, ch.upstream_line)
         if followed:
             d = replace(d, action="none", validation="port tests")
+        else:
+            gate = ctx.never_called(ch.symbol) or _port_gate(ctx, ch.symbol, span)
+            d = replace(d, attribution="drift", note=gate)
         yield d
 
 
@@ -995,22 +1244,19 @@ def _reclassify_followed(diffs: list[Difference], drift: list[Difference]) -> li
 # ---------------------------------------------------------------- findings
 
 
-_HUNK_NOT_FOLLOWED = "upstream changed this after the base release"
 _ABSENT = ("is absent from the port", "has no port counterpart")
 
 
 def _group_key(d: Difference) -> tuple[object, ...]:
-    """Differences a maintainer handles as one: the same check kept in one function, the hunks of one
-    function upstream rewrote, the members dropped at one place. Everything else stands alone."""
+    """Differences a maintainer handles as one: the hunks of one function (or one member), the members
+    dropped at one place. Declared drift and capability checks stand alone with their declaration."""
     if d.declared:
         return (id(d),)
-    if d.kind == "arch-check" and d.detail.startswith("kept from upstream"):
-        return ("arch-kept", d.symbol)
-    if d.kind == "upstream-not-followed" and d.detail.startswith(_HUNK_NOT_FOLLOWED):
-        return ("hunks", d.symbol)
     if d.kind in {"removed", "class-attribute"} and d.detail.endswith(_ABSENT):
         return ("absent", d.line)
-    return (id(d),)
+    if d.kind == "vendor-kernel-import":  # one swap of a kernel package, however many statements import from it
+        return ("kernel-import", d.detail.split(" from ", 1)[-1].split(".")[0].split(" ")[0])
+    return ("fn", d.symbol)
 
 
 def _grouped(diffs: Iterable[Difference]) -> list[list[Difference]]:
@@ -1020,62 +1266,92 @@ def _grouped(diffs: Iterable[Difference]) -> list[list[Difference]]:
     return list(groups.values())
 
 
-def _merged(group: list[Difference]) -> tuple[Difference, list[str]]:
-    """One difference standing for the group, and the port/upstream lines of every member."""
-    first = group[0]
-    places = [f"{d.path}:{d.line}" + (f" (upstream line {d.upstream_line})" if d.upstream_line else "") for d in group]
+def _absent_symbol(group: list[Difference]) -> str:
+    symbols = [d.symbol for d in group]
+    owners = {s.rsplit(".", 1)[0] for s in symbols if "." in s}
+    return owners.pop() if len(owners) == 1 and all("." in s for s in symbols) else ", ".join(symbols)
+
+
+def _summary(group: list[Difference], what: str) -> tuple[Difference, str]:
+    """The difference a group is reported at (its first that may change a kernel) and the message."""
+    lead = next((d for d in group if not d.note and not d.declared), group[0])
     if len(group) == 1:
-        return first, []
-    if first.kind == "arch-check":
-        detail = f"kept from upstream in {len(group)} places: " + "; ".join(d.detail.removeprefix("kept from upstream: ") for d in group)
-    elif first.kind == "upstream-not-followed":
-        detail = f"{_HUNK_NOT_FOLLOWED}, in {len(group)} places; the port keeps the earlier form: " + "; ".join(
-            d.detail.split("the port keeps the earlier form: ", 1)[-1] for d in group)
-    else:
-        symbols = [d.symbol for d in group]
-        owners = {s.rsplit(".", 1)[0] for s in symbols if "." in s}
-        symbol = owners.pop() if len(owners) == 1 and all("." in s for s in symbols) else ", ".join(symbols)
-        detail = f"{len(group)} upstream members are absent from the port here: " + "; ".join(
+        return lead, ""
+    if all(d.detail.endswith(_ABSENT) for d in group):
+        return replace(group[0], symbol=_absent_symbol(group)), f"{len(group)} upstream members are absent from the port here: " + "; ".join(
             d.detail.removeprefix("upstream ").removesuffix(" is absent from the port").removesuffix(" has no port counterpart") for d in group)
-        first = replace(first, symbol=symbol)
-    return replace(first, detail=_short(detail, 600)), places
+    return lead, f"{len(group)} {what} in {lead.symbol}; at line {lead.line}: "
 
 
-def _difference_findings(diffs: Iterable[Difference], cp: FileCounterpart) -> Iterator[Finding]:
-    for group in _grouped(d for d in diffs if not (d.declared and d.kind not in {"arch-check", "upstream-not-followed"})):
-        d, places = _merged(group)
-        evidence = (
-            f"port {d.path}:{d.line}" if d.line else f"port {d.path}",
-            f"upstream {cp.upstream_path}:{d.upstream_line}" if d.upstream_line else f"upstream {cp.upstream_path}",
-            *(f"also at {p}" for p in places[1:]),
-        )
-        if d.kind == "arch-check":
-            sev = Severity.INFO if d.declared else None
-            yield make_finding(R_ARCH, Location(d.path, d.line, d.symbol), f"{d.symbol}: {d.detail}",
-                               (*evidence, f"declared: {d.reason}" if d.declared else "not declared"), severity=sev)
+def _hunk_line(d: Difference) -> str:
+    verdict = f"info: {d.note}" if d.note else ("declared: " + d.reason if d.declared else "may change what a kernel computes or whether it runs")
+    return f"{d.path}:{d.line} [{d.kind}] {_short(d.detail, 200)} -- {verdict}"
+
+
+def _attribution(group: list[Difference], env: _Env) -> str:
+    kinds = {d.attribution for d in group}
+    target = f"{env.target or '?'}"
+    if kinds == {"inherited"}:
+        return f"attribution: inherited from upstream {target}, also present there"
+    parts = []
+    if "drift" in kinds:
+        parts.append(f"drift: the port keeps the {env.base or 'base'} form where upstream {target} changed it")
+    if "port-only" in kinds:
+        why = "upstream did not change this file since the base" if env.base_state == "same" else f"differs from both {env.base} and {target}"
+        parts.append(f"port-only change ({why})")
+    if "" in kinds and env.base_state == "none":
+        parts.append("drift not separated from the port's own changes (no --base)")
+    return "attribution: " + "; ".join(parts) if parts else ""
+
+
+def _severity(group: list[Difference]) -> Severity:
+    return Severity.INFO if all(d.note or d.declared for d in group) else Severity.WARNING
+
+
+def _comparison_findings(diffs: list[Difference], drift: list[Difference], cp: FileCounterpart, env: _Env) -> Iterator[Finding]:
+    """One finding per root cause: the hunks of one function are one finding per rule, and a function's
+    undeclared differences join its drift finding when upstream also changed it."""
+    undeclared = [d for d in diffs if not d.declared and d.kind not in {"cosmetic", "upstream-followed", "upstream-not-followed", "arch-check"}]
+    arch = [d for d in diffs if d.kind == "arch-check"]
+    drift_groups = _grouped(d for d in drift if d.kind == "upstream-not-followed")
+    drift_symbols = {g[0].symbol for g in drift_groups if not g[0].declared}
+    joined: dict[str, list[Difference]] = {}
+    for group in _grouped(undeclared):
+        if group[0].symbol in drift_symbols and not group[0].detail.endswith(_ABSENT):
+            joined[group[0].symbol] = group
             continue
-        if d.kind == "upstream-not-followed":
-            yield make_finding(R_DRIFT, Location(d.path, d.line, d.symbol), f"{d.symbol}: {d.detail}",
-                               (*evidence, f"declared: {d.reason}" if d.declared else "not declared"))
-            continue
-        if d.declared or d.kind in {"cosmetic", "upstream-followed"}:
-            continue
-        # Using the port's own copy of a module, or dropping another platform's branch, is context.
-        sev = Severity.INFO if d.kind in {"port-module-import", "foreign-platform-branch"} else None
-        yield make_finding(R_UNDECLARED, Location(d.path, d.line, d.symbol), f"{d.kind} in {d.symbol}: {d.detail}",
-                           (*evidence, "no Metax Modification block or comment directly above"), severity=sev)
-
-
-def _drift_findings(drift: Iterable[Difference], cp: FileCounterpart, target: UpstreamInfo | None, base: UpstreamInfo | None) -> Iterator[Finding]:
-    versions = f"{base.version if base else '?'} -> {target.version if target else '?'}"
-    for group in _grouped(drift):
-        d, places = _merged(group)
-        evidence = [f"upstream {cp.upstream_path}:{d.upstream_line} ({versions})", f"port {d.path}:{d.line}" if d.line else f"port {d.path}",
-                    *(f"also at {p}" for p in places[1:])]
-        if d.declared:
-            evidence.append(f"declared: {d.reason}")
-        rid = R_DRIFT_TAKEN if d.kind == "upstream-followed" else R_DRIFT
-        yield make_finding(rid, Location(d.path, d.line, d.symbol), d.detail, evidence)
+        lead, head = _summary(group, "undeclared differences")
+        message = head + f"{lead.kind}: {lead.detail}" if head.endswith(": ") else f"{lead.kind} in {lead.symbol}: {head or lead.detail}"
+        evidence = [f"port {lead.path}:{lead.line}" if lead.line else f"port {lead.path}",
+                    f"upstream {cp.upstream_path}:{lead.upstream_line}" if lead.upstream_line else f"upstream {cp.upstream_path}",
+                    *(_hunk_line(d) for d in group), _attribution(group, env),
+                    "no Metax Modification block or comment in or directly above"]
+        yield make_finding(R_UNDECLARED, Location(lead.path, lead.line, lead.symbol), _short(message, 700),
+                           [e for e in evidence if e], severity=_severity(group))
+    for group in _grouped(arch):
+        lead, head = _summary(group, "capability checks")
+        message = f"{lead.symbol}: " + (head + lead.detail if head else lead.detail)
+        evidence = [f"port {lead.path}:{lead.line}", f"upstream {cp.upstream_path}:{lead.upstream_line}" if lead.upstream_line else f"upstream {cp.upstream_path}",
+                    *(_hunk_line(d) for d in group), _attribution(group, env),
+                    f"declared: {lead.reason}" if lead.declared else "not declared"]
+        yield make_finding(R_ARCH, Location(lead.path, lead.line, lead.symbol), _short(message, 700), [e for e in evidence if e],
+                           severity=_severity(group))
+    versions = f"{env.base or '?'} -> {env.target or '?'}"
+    for group in drift_groups:
+        extra = joined.pop(group[0].symbol, []) if not group[0].declared else []
+        lead, head = _summary(group, "upstream changes not followed")
+        message = f"{lead.symbol}: " + (head + lead.detail if head else lead.detail)
+        if extra:
+            message += f" (and {len(extra)} port-only difference(s) in the same function)"
+        evidence = [f"upstream {cp.upstream_path}:{lead.upstream_line} ({versions})", f"port {lead.path}:{lead.line}" if lead.line else f"port {lead.path}",
+                    *(_hunk_line(d) for d in group), *(_hunk_line(d) for d in extra), _attribution(group + extra, env),
+                    f"declared: {lead.reason}" if lead.declared else "not declared"]
+        sev = Severity.INFO if lead.declared else _severity(group + extra)
+        yield make_finding(R_DRIFT, Location(lead.path, lead.line, lead.symbol), _short(message, 700), [e for e in evidence if e], severity=sev)
+    for group in _grouped(d for d in drift if d.kind == "upstream-followed"):
+        lead, head = _summary(group, "upstream changes followed")
+        yield make_finding(R_DRIFT_TAKEN, Location(lead.path, lead.line, lead.symbol), _short(head + lead.detail if head else lead.detail, 700),
+                           [f"upstream {cp.upstream_path}:{lead.upstream_line} ({versions})", *(_hunk_line(d) for d in group)])
 
 
 # ---------------------------------------------------------------- small helpers

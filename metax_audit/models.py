@@ -270,6 +270,8 @@ class Difference:
     validation: str
     detail: str = ""
     upstream_line: int | None = None
+    note: str = ""  # why it is info (a known vendor adaptation, or the gate of a path the vendor never runs); "" = may change a kernel
+    attribution: str = ""  # "port-only" | "drift" | "inherited" | "" (no base: drift not separated)
 
 
 @dataclass(frozen=True)

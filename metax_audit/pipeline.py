@@ -314,6 +314,10 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
 
+    from metax_audit.triage import triage
+
+    # One finding per root cause, and the differences the installed stack explains, before the inventory.
+    st.run.findings = triage(st.run.findings, trace.calls, facts)
     from metax_audit.inventory import build_report
 
     report = build_report(

@@ -21,7 +21,12 @@ CASES = {
     "raise enforces": ("def f(x):\n    # fp8 is not supported here\n    if x:\n        raise NotImplementedError('fp8')\n", [(2, "MXA141")]),
     "assert enforces": ("def f(x):\n    # only supports contiguous input\n    assert x.is_contiguous()\n", [(2, "MXA141")]),
     "switch enforces": ("class C:\n    def use(self):\n        # cascade doesn't work, disable it\n        return False\n", [(3, "MXA141")]),
-    "comment only": ("def f(x):\n    # the kernel cannot handle sliding windows\n    return g(x)\n", [(2, "MXA140")]),
+    "comment only": ("def f(x):\n    # the kernel cannot handle an fp8 kv cache\n    return g(x)\n", [(2, "MXA140")]),
+    # MXA140 only where the comment names what a check or probe can decide (dtype, head size, arch, layout, block size).
+    "a claim naming no checkable property is not a finding": ("def f(x):\n    # the kernel cannot handle sliding windows\n    return g(x)\n", []),
+    "head size claim": ("def f(x):\n    # only supports head sizes 64 and 128\n    return g(x)\n", [(2, "MXA140")]),
+    "arch claim": ("def f(x):\n    # not supported on Hopper\n    return g(x)\n", [(2, "MXA140")]),
+    "block size claim": ("def f(x):\n    # the kernel does not support block size 32\n    return g(x)\n", [(2, "MXA140")]),
     "trailing comment": ("def f(kv):\n    y = kv.permute(0, 2, 1)  # HND and contiguous\n    return y\n", [(2, "MXA140")]),
     "trailing contiguous enforced": ("def f(kv):\n    y = kv.permute(0, 2, 1).contiguous()  # contiguous\n    return y\n", [(2, "MXA141")]),
     "descriptive contiguous in a block comment is not a claim": (
@@ -40,8 +45,8 @@ CASES = {
     "no claim words": ("def f(x):\n    # compute the output\n    return x\n", []),
     "commented-out code is not a claim": ("def f(x):\n    # return supported(x, contiguous=True)\n    return x\n", []),
     "listed name used": ("# Note: does not support:\n#   - FancyWrapper\nfrom k import FancyWrapper\nw = FancyWrapper()\n", [(1, "MXA142")]),
-    "name before the phrase is not its object": ("# The `fancy_kernel` cannot handle unaligned starts, so round down.\nx = fancy_kernel(1)\n", [(1, "MXA140")]),
-    "listed name unused": ("# Note: does not support:\n#   - FancyWrapper\nfrom k import Other\n", [(1, "MXA140")]),
+    "name before the phrase is not its object": ("# The `fancy_kernel` cannot handle head dims above 256, so round down.\nx = fancy_kernel(1)\n", [(1, "MXA140")]),
+    "listed name unused": ("# Note: does not support fp8:\n#   - FancyWrapper\nfrom k import Other\n", [(1, "MXA140")]),
 }
 
 

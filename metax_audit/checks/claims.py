@@ -17,7 +17,9 @@ from metax_audit.pysource import iter_tokens, walk_nodes
 
 rule("MXA140", Category.CLAIM, Severity.INFO, "capability claim is only a comment",
      "The comment states what the code supports, but the statement it sits on neither raises, asserts nor switches "
-     "a feature off: nothing stops a caller from using the unsupported case. Enforce it or confirm it with a probe.")
+     "a feature off: nothing stops a caller from using the unsupported case. Enforce it or confirm it with a probe. "
+     "Reported only when the comment names a property a probe or a check can decide (dtype, head size, arch, "
+     "layout, block size); other claims are not findings.")
 rule("MXA141", Category.CLAIM, Severity.INFO, "capability claim is enforced by the code it describes",
      "The statement under the comment raises, asserts or switches the feature off; the evidence names the line.")
 rule("MXA142", Category.CLAIM, Severity.WARNING, "comment says a feature is unsupported but the code uses it",
@@ -45,6 +47,26 @@ _ADAPT = re.compile(r"(?:^|_)(?:pad|padded|round_down|round_up|align|align_to)(?
 _NEGATIVE = re.compile(r"not|n't|unsupported|cannot|can't", re.IGNORECASE)
 # Names a negative claim lists: `backticked` identifiers, or bullet items ("- Name", "* name").
 _IDENT = re.compile(r"`([A-Za-z_][\w.]*)`|(?:^|\s)[-*]\s+([A-Za-z_][\w.]*)\b(?=\s|$)")
+# Properties a claim can name that a check or probe can decide; a claim naming none of them is prose.
+_CHECKABLE = (
+    ("dtype", re.compile(r"\b(?:k?v?_?cache_?dtype|dtypes?|fp8\w*|fp4|nvfp4|bf16|bfloat16|fp16|float16|float32|half|int8|uint8|"
+                         r"int4|e4m3|e5m2|quantiz\w*)\b", re.IGNORECASE)),
+    ("head size", re.compile(r"\bhead[ _-]?(?:size|dim)s?\b|\bh_q\b|\bnum[_ ]heads\b", re.IGNORECASE)),
+    ("arch", re.compile(r"\b(?:sm_?\d+\w*|hopper|blackwell|ampere|capability|arch\w*|cuda|rocm|maca|gpu)\b", re.IGNORECASE)),
+    ("layout", re.compile(r"\b(?:(?:non-)?contiguous|layout|nhd|hnd|stride\w*|transpos\w*|permut\w*)\b", re.IGNORECASE)),
+    ("block size", re.compile(r"\b(?:block|page)[ _-]?sizes?\b|\bpage_size\b|\bblock_size\b", re.IGNORECASE)),
+)
+
+
+def checkable_property(text: str) -> str:
+    """The property a claim names that a check or probe can decide, or ""."""
+    for name, pattern in _CHECKABLE:
+        m = pattern.search(text)
+        if m:
+            return f"{name} ({m.group(0)})"
+    return ""
+
+
 _FENCE = re.compile(r"[-=_~/\\|<>*]{3,}")
 _SPAN = 25  # lines of the paired statement inspected for enforcement
 
@@ -206,14 +228,17 @@ def _file_claims(path: str, source: str, tree: ast.Module, root: Path) -> Iterat
                 ev = [comment, *(f"used: {path}:{ln}: {lines[ln - 1].strip()}" for n in sorted(used) for ln in used[n][:3])]
                 yield make_finding("MXA142", loc, f"comment says {', '.join(sorted(used))} unsupported ({claim.phrase!r}), but code uses it", ev)
                 continue
+        prop = checkable_property(claim.text)
         if stmt is None:
-            yield make_finding("MXA140", loc, f"claim {claim.phrase!r} has no code under it", [comment])
+            if prop:
+                yield make_finding("MXA140", loc, f"claim {claim.phrase!r} has no code under it", [comment, f"names {prop}"])
             continue
         code = f"code: {path}:{stmt.lineno}: {lines[stmt.lineno - 1].strip()}"
         enforced = _enforcement(stmt, claim)
         if enforced is None:
-            yield make_finding("MXA140", loc, f"claim {claim.phrase!r} is not enforced by the code it describes (line {stmt.lineno})",
-                               [comment, code, *([listed] if listed else [])])
+            if prop:  # a claim about nothing a check can decide is prose, not a finding
+                yield make_finding("MXA140", loc, f"claim {claim.phrase!r} is not enforced by the code it describes (line {stmt.lineno})",
+                                   [comment, code, f"names {prop}", *([listed] if listed else [])])
         else:
             line, what = enforced
             yield make_finding("MXA141", loc, f"claim {claim.phrase!r} enforced at line {line}: {what}",

@@ -1,0 +1,161 @@
+# Severity by consequence for compare's differences: which hunks can change what a kernel computes or
+# whether it runs on the vendor device (warning), and which are known vendor adaptations or code the
+# vendor never runs (info, with the reason or the gate as evidence). Pure functions over ast nodes.
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from metax_audit.pysource import read_source_cached
+
+# Predicates whose answer on any out-of-tree platform is known without running it (vLLM's Platform
+# compares its enum): the port's own platform class may override them, and then its answer wins.
+OUT_OF_TREE_ANSWERS: dict[str, bool] = {
+    "is_cuda": False, "is_rocm": False, "is_xpu": False, "is_tpu": False, "is_cpu": False,
+    "is_hpu": False, "is_neuron": False, "is_out_of_tree": True,
+}
+# Words that name what a kernel computes or how it is laid out: a hunk that changes one of them can
+# change a kernel's result; a hunk that changes none of them is bookkeeping.
+_KERNEL_WORDS = re.compile(
+    r"dtype|scale|layout|lse|causal|shape|stride|head_?size|head_?dim|block_?size|page_?size|kv_?cache|"
+    r"window|soft_?cap|sink|alibi|fp8|fp4|nvfp4|int8|uint8|bf16|bfloat16|float16|float32|half|split|"
+    r"pad|view|permute|transpose|reshape|contiguous|num_heads|num_kv_heads|num_qo_heads|topk|indptr|"
+    r"indices|seq_?len|query_?len|block_?table|workspace|cu_seqlens|max_seqlen", re.IGNORECASE)
+# Method names a framework calls on a backend class to decide whether and how it runs.
+CAPABILITY_HOOK = re.compile(r"^(supports_\w+|get_supported_\w+|get_preferred_\w+|get_required_\w+|"
+                             r"get_min_\w+|is_supported\w*|validate_\w+)$")
+NOT_KERNEL = "no kernel argument, dtype, scale, layout, LSE, causal or shape expression changes"
+
+
+@dataclass(frozen=True)
+class VendorPlatform:
+    """What the port's platform answers without a device: predicate name -> (value, evidence)."""
+
+    answers: dict[str, tuple[bool, str]] = field(default_factory=dict)
+
+    def value(self, call: ast.Call) -> tuple[bool, str] | None:
+        name = _callee(call).rsplit(".", 1)[-1]
+        return self.answers.get(name)
+
+
+def read_vendor_platform(root: Path, platform_path: str) -> VendorPlatform:
+    """Predicates the port's platform file answers with a constant (`return False`), plus the fixed
+    answers of an out-of-tree platform for the in-tree platform predicates it does not override."""
+    answers: dict[str, tuple[bool, str]] = {}
+    path = root / platform_path
+    src = read_source_cached(path.parent, path.name, 5_000_000) if path.is_file() else None
+    if src is None or src.tree is None:
+        return VendorPlatform(answers)
+    classes = [n for n in src.tree.body if isinstance(n, ast.ClassDef)]
+    for cls in classes:  # `_enum = PlatformEnum.OOT`: vLLM answers the in-tree predicates from the enum
+        for stmt in cls.body:
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_enum" for t in stmt.targets) \
+                    and ast.unparse(stmt.value).endswith(".OOT"):
+                answers.update({name: (value, f"{name}() is {value} on an out-of-tree platform ({platform_path}:{stmt.lineno} "
+                                              f"{cls.name}._enum = {ast.unparse(stmt.value)})")
+                                for name, value in OUT_OF_TREE_ANSWERS.items()})
+    for cls in classes:
+        for fn in cls.body:
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, bool):
+                value = body[0].value.value
+                answers[fn.name] = (value, f"{platform_path}:{fn.lineno} {cls.name}.{fn.name} returns {value}")
+            elif fn.name in answers:
+                del answers[fn.name]  # the port decides it at run time: no fixed answer
+    return VendorPlatform(answers)
+
+
+def constant(expr: ast.AST, platform: VendorPlatform) -> tuple[bool, str] | None:
+    """The value of a condition on the vendor platform when the platform's answers decide it."""
+    if isinstance(expr, ast.Call):
+        return platform.value(expr)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        inner = constant(expr.operand, platform)
+        return (not inner[0], inner[1]) if inner else None
+    if isinstance(expr, ast.BoolOp):
+        decisive = isinstance(expr.op, ast.Or)  # True decides an `or`, False decides an `and`
+        known = [constant(v, platform) for v in expr.values]
+        for k in known:
+            if k is not None and k[0] == decisive:
+                return decisive, k[1]
+        if all(k is not None for k in known):
+            return (not decisive), "; ".join(k[1] for k in known if k)
+    return None
+
+
+def gate_of(stmts: Iterable[ast.AST], platform: VendorPlatform) -> str:
+    """Evidence that the first statement is a branch the vendor never takes, or ""."""
+    for node in stmts:
+        if isinstance(node, ast.If | ast.IfExp):
+            value = constant(node.test, platform)
+            if value is not None and value[0] is False:
+                return f"branch `if {_short(ast.unparse(node.test))}` never runs there: {value[1]}"
+        return ""
+    return ""
+
+
+def enclosing_gate(fn: ast.AST, lines: tuple[int, int], platform: VendorPlatform) -> str:
+    """Evidence that port lines sit inside a branch the vendor never takes (or after an unconditional raise)."""
+    first, last = lines
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.If):
+            continue
+        value = constant(node.test, platform)
+        if value is None:
+            continue
+        dead = node.orelse if value[0] else node.body
+        if dead and dead[0].lineno <= first and last <= (dead[-1].end_lineno or dead[-1].lineno):
+            return f"inside `if {_short(ast.unparse(node.test))}` ({'else ' if value[0] else ''}never taken there: {value[1]})"
+    return ""
+
+
+def kernel_relevant(texts: Iterable[str]) -> str:
+    """The first kernel word a changed text holds, or ""."""
+    for text in texts:
+        m = _KERNEL_WORDS.search(text)
+        if m:
+            return m.group(0)
+    return ""
+
+
+def only_port_names(pairs: Iterable[tuple[str, str]], port_names: frozenset[str]) -> bool:
+    """Every change swaps an upstream name for one the port defines or imports from its own package."""
+    seen = False
+    for _up, port in pairs:
+        idents = re.findall(r"[A-Za-z_]\w*", port)
+        if not idents or any(i not in port_names for i in idents):
+            return False
+        seen = True
+    return seen
+
+
+def only_fields(nodes: Iterable[ast.AST]) -> bool:
+    """Statements that only store attributes or names (a field the port adds), calling no kernel."""
+    nodes = list(nodes)
+    if not nodes:
+        return False
+    for n in nodes:
+        if not isinstance(n, ast.Assign | ast.AnnAssign):
+            return False
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        if not all(isinstance(t, ast.Attribute | ast.Name) for t in targets):
+            return False
+    return True
+
+
+def _callee(call: ast.Call) -> str:
+    try:
+        return ast.unparse(call.func)
+    except Exception:  # pragma: no cover - unparse of a parsed tree does not fail
+        return "?"
+
+
+def _short(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

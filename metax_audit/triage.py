@@ -1,0 +1,115 @@
+# The pass after the checks: one finding per root cause (several findings from one call or flow become
+# one finding with every consequence in its evidence) and the demotions only the installed stack can prove.
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from metax_audit.models import CallSite, Finding, Severity, StackFacts
+
+# Evidence lines compare writes per hunk: "<path>:<line> [<kind>] <detail> -- <verdict>".
+MAY_CHANGE = "-- may change what a kernel computes or whether it runs"
+_HUNK = re.compile(r"^(?P<path>\S+?):(?P<line>\d+) \[(?P<kind>[\w-]+)\] (?P<detail>.*) " + re.escape(MAY_CHANGE) + "$")
+_COMMENTED = re.compile(r"argument\(s\) (?P<items>.+?) commented out")
+_CALL_DELTA = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<args>[+-]\w+(?:, [+-]\w+)*)\)")
+# Rules whose findings at one call site are consequences of one root cause (one call, one flow).
+_PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
+
+
+def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None) -> list[Finding]:
+    """Demote the differences the installed stack explains, then merge findings of one call or flow."""
+    out = [_signature_demotion(f, calls, facts) for f in findings]
+    return group_per_call(out)
+
+
+# ---------------------------------------------------------------- the installed signature explains it
+
+
+def _signature_demotion(f: Finding, calls: Sequence[CallSite], facts: StackFacts | None) -> Finding:
+    if facts is None or not any(MAY_CHANGE in e for e in f.evidence):
+        return f
+    evidence = [_explained(e, calls, facts) for e in f.evidence]
+    if evidence == list(f.evidence):
+        return f
+    severity = f.severity
+    if severity == Severity.WARNING and not any(MAY_CHANGE in e for e in evidence):
+        severity = Severity.INFO
+    return replace(f, evidence=tuple(evidence), severity=severity)
+
+
+def _explained(line: str, calls: Sequence[CallSite], facts: StackFacts) -> str:
+    m = _HUNK.match(line)
+    if m is None or m["kind"] not in {"argument-commented-out", "call-changed"}:
+        return line
+    deltas: dict[str, tuple[set[str], set[str]]] = {}  # callee -> (added, dropped)
+    if m["kind"] == "argument-commented-out":
+        items = _COMMENTED.search(m["detail"])
+        for item in (items["items"].split(", ") if items else []):
+            callee, _, kw = item.rpartition(":")
+            deltas.setdefault(callee, (set(), set()))[1].add(kw)
+    else:
+        for d in _CALL_DELTA.finditer(m["detail"].split(": upstream:", 1)[0]):
+            plus, minus = deltas.setdefault(d["callee"], (set(), set()))
+            for arg in d["args"].split(", "):
+                (plus if arg[0] == "+" else minus).add(arg[1:])
+    if not deltas:
+        return line
+    reasons = []
+    for callee, (added, dropped) in deltas.items():
+        why = _lacks(callee, added, dropped, m["path"], int(m["line"]), calls, facts)
+        if not why:
+            return line
+        reasons.append(why)
+    return line.replace(MAY_CHANGE, "-- info: " + "; ".join(reasons))
+
+
+def _lacks(callee: str, added: set[str], dropped: set[str], path: str, line: int, calls: Sequence[CallSite],
+           facts: StackFacts) -> str:
+    """Why the installed callable explains the change: it has none of the dropped keywords (and accepts
+    every added one); "" when it does not, or when the installed signature is unknown."""
+    for cs in calls:
+        if cs.location.path != path or not (line <= cs.location.line <= line + 40) or cs.callee_text != callee:
+            continue
+        fact = facts.facts.get(cs.resolved or "")
+        if fact is None or fact.params is None:
+            return ""
+        names = {p.name for p in fact.params if p.kind not in {"VAR_POSITIONAL", "VAR_KEYWORD"}}
+        if any(p.kind == "VAR_KEYWORD" for p in fact.params) or (dropped & names) or (added - names):
+            return ""
+        what = f"keyword(s) {', '.join(sorted(dropped))} dropped" if dropped else "keywords changed"
+        return f"{what} because the installed {fact.target} has no such parameter ({fact.signature or 'signature read'})"
+    return ""
+
+
+# ---------------------------------------------------------------- one finding per call or flow
+
+
+def group_per_call(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings of one stack/dataflow rule at one call site are one finding: the first, with every other
+    one's message and evidence added (e.g. two LSE arguments of one merge call with the wrong base)."""
+    out: list[Finding] = []
+    groups: dict[tuple[str, str, int, str], list[Finding]] = {}
+    for f in findings:
+        if _PER_CALL.match(f.rule) and f.location.line and f.severity != Severity.INFO:
+            key = (f.rule, f.location.path, f.location.line, f.severity.value)
+            if key in groups:
+                groups[key].append(f)
+                continue
+            groups[key] = [f]
+        out.append(f)
+    merged = {id(g[0]): _merge(g) for g in groups.values() if len(g) > 1}
+    return [merged.get(id(f), f) for f in out]
+
+
+def _merge(group: list[Finding]) -> Finding:
+    first = group[0]
+    symbols = [f.location.symbol for f in group]
+    prefix = symbols[0].split(":", 1)[0]
+    symbol = prefix if all(s.split(":", 1)[0] == prefix for s in symbols) else symbols[0]
+    message = f"{len(group)} findings at one call: " + " | ".join(f.message for f in group)
+    evidence: list[str] = []
+    for i, f in enumerate(group, 1):
+        evidence.append(f"({i}) {f.message}")
+        evidence.extend(e for e in f.evidence if e not in evidence)
+    return replace(first, location=replace(first.location, symbol=symbol), message=message, evidence=tuple(evidence))
