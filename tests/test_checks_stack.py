@@ -21,7 +21,7 @@ from metax_audit.models import (
 )
 
 PORT = '''\
-# Note: the vendor kernel does not support:
+# Note: the vendor kernel does not support fp8 in:
 #   - FancyWrapper
 from kern import Wrapper
 from kern.decode import _gone
