@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import keyword
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,11 +19,14 @@ from metax_audit.consequence import (
     NOT_KERNEL,
     VendorPlatform,
     enclosing_gate,
+    fold,
     gate_of,
+    kernel_call_changed,
     kernel_relevant,
     only_fields,
     only_port_names,
     read_vendor_platform,
+    same_code,
 )
 from metax_audit.counterparts import (
     FileCounterpart,
@@ -518,6 +522,8 @@ class _Ctx:
         short = fn.name
         if "." in qual and not (short.startswith("_") and not short.startswith("__")):
             return ""  # a public method may be called by the framework through its base class
+        if "." in qual and self._inherited_caller(qual, short):
+            return ""
         uses = self.env.refs.uses(short, self.port.path, _start(fn), fn.end_lineno or fn.lineno)
         if uses is None:
             return ""
@@ -529,6 +535,19 @@ class _Ctx:
             callers.append(owner)
         via = f" (only from {', '.join(sorted(set(callers)))}, itself never called)" if callers else ""
         return f"{qual} is never referenced in the port package outside its own definition{via}"
+
+    def _inherited_caller(self, qual: str, short: str) -> bool:
+        """The port class has a base class and upstream's file calls the method: code the port inherits may call it."""
+        cls = self.port.classes.get(qual.rsplit(".", 1)[0])
+        if cls is None or not cls.bases:
+            return False
+        ufn = self.up.funcs.get(qual)
+        first, last = (_start(ufn), ufn.end_lineno or ufn.lineno) if ufn is not None else (0, 0)
+        for m in re.finditer(rf"(?<![\w]){re.escape(short)}(?![\w])", self.up.text):
+            line = self.up.text.count("\n", 0, m.start()) + 1
+            if not first <= line <= last:
+                return True
+        return False
 
     def _top_function(self, line: int) -> str | None:
         for qual, fn in self.port.funcs.items():
@@ -733,6 +752,9 @@ def _member(ctx: _Ctx, d: Difference) -> Difference:
     if d.kind == "port-module-import":
         note = ("the port's own copy of the module upstream imports from, compared as its own file" if "upstream imports" in d.detail
                 else "an import from the port's own package (the code using it is reported where it is)")
+    elif d.kind == "vendor-kernel-import" and "upstream imports from" not in d.detail:
+        note = ("a new import from the kernel package, no upstream import replaced: the import check verifies it resolves "
+                "and its uses are compared where they are")
     elif d.kind == "vendor-kernel-import" and d.detail.split(" from ", 1)[-1].startswith(ctx.cp.path.split("/")[0] + "."):
         note = "swap to the port's own module: " + d.detail.split(" (", 1)[0]
     elif d.kind in {"removed", "class-attribute"} and d.detail.endswith(_ABSENT) and not CAPABILITY_HOOK.match(short):
@@ -748,11 +770,26 @@ def _member(ctx: _Ctx, d: Difference) -> Difference:
         note = NOT_KERNEL
     elif d.kind == "changed" and d.detail.startswith("the port defines"):
         note = ""
+    elif d.kind in {"class-attribute", "changed"} and " / port " in d.detail:
+        upstream_text, port_text = d.detail.split(": upstream ", 1)[-1].split(" / port ", 1)
+        pairs = _text_pairs(upstream_text, port_text)
+        if pairs and only_port_names(pairs, ctx.port_names):
+            note = "swap to the port's own class or op: " + "; ".join(f"{a} -> {b}" for a, b in pairs[:3])
+        elif not kernel_relevant(a + " " + b for a, b in pairs):
+            note = NOT_KERNEL
+    elif d.kind == "changed" and not d.detail.startswith("import ") and not kernel_relevant([d.detail]):
+        note = NOT_KERNEL
     if not note and d.kind not in {"removed", "signature-changed"} and d.symbol in ctx.port.funcs:
         gate = ctx.never_called(d.symbol)
         note = f"a path the vendor never runs: {gate}" if gate else ""
     attribution = d.attribution or (ctx.env.attribution(d.kind == "upstream-not-followed") if ctx.env is not None else "")
     return replace(d, note=note or d.note, attribution=attribution)
+
+
+def _text_pairs(a: str, b: str) -> list[tuple[str, str]]:
+    ta, tb = re.findall(r"\w+|[^\w\s]+", a), re.findall(r"\w+|[^\w\s]+", b)
+    return [(" ".join(ta[i1:i2]), " ".join(tb[j1:j2]))
+            for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if op != "equal"]
 
 
 def _is_logger(stmt: ast.stmt) -> bool:
@@ -797,9 +834,16 @@ def _compare_function(ctx: _Ctx, qual: str, ufn: ast.AST, pfn: ast.AST) -> Itera
     attr_method = bool(_CLASS_ATTR_METHODS.match(qual.rsplit(".", 1)[-1]))
     bfn = ctx.base.funcs.get(qual) if ctx.base is not None else None
     bbody = _body(bfn) if isinstance(bfn, ast.FunctionDef | ast.AsyncFunctionDef) else None
+    folded: str | None = None
     for d in _compare_body(ctx, qual, _body(ufn), _body(pfn), anchor=pfn.lineno, bbody=bbody):
         if attr_method and d.kind in {"changed", "added", "removed", "call-changed"}:
             d = replace(d, kind="class-attribute", action=ACTIONS["class-attribute"][0], validation=ACTIONS["class-attribute"][1])
+        if not d.note and d.kind not in {"arch-check", "upstream-not-followed", "signature-changed"}:
+            if folded is None:  # once per function, only when a hunk needs it
+                body, used = fold(_body(ufn), ctx.platform)
+                folded = "; ".join(sorted(set(used))) if used and same_code(body, _body(pfn)) else ""
+            if folded:
+                d = replace(d, note=f"the port's code is upstream's as the vendor platform runs it ({folded})")
         yield d
 
 
@@ -892,17 +936,23 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         if dropped:
             return f"the port drops a {dropped}"
     if kind == "arch-check":
-        const = _arch_constant(un or pn, ctx.platform) if not (u and p) or _arch_constant(pn, ctx.platform) else ""
-        if const:
+        up_arch = [t.node for t in u if t.arch]
+        port_arch = [t.node for t in p if t.arch]
+        const = _arch_constant(up_arch or port_arch, ctx.platform)
+        if const and (not port_arch or not up_arch or _arch_constant(port_arch, ctx.platform)):
             return f"predicate constant on the vendor platform: {const}"
-        if u and not any(t.arch for t in p) and (_returns_constant(pn) or _platform_query(pn, ctx.platform)):
-            return f"capability floor replaced by the vendor's answer: {'; '.join(_text(ctx.port, t) for t in p[:2])}"
+        if u and not port_arch and (_returns_constant(pn) or _platform_query(pn, ctx.platform) or _floor(un)):
+            answer = "; ".join(_text(ctx.port, t) for t in p[:2]) or "the port drops the floor"
+            return f"capability floor replaced by the vendor's answer: {answer}"
         return ""
     if kind == "feature-disabled" and any(isinstance(n, ast.Raise | ast.Assert) for n in pn):
         return "the port rejects this case up front (raise/assert): a path it does not run"
     pairs = _token_pairs(un, pn)
-    if u and p and pairs and only_port_names(((a, b) for a, b, _ in pairs), ctx.port_names):
-        return "swap to the port's own class or op: " + "; ".join(f"{a.strip()} -> {b.strip()}" for a, b, _ in pairs[:3])
+    swaps = [(a, b) for a, b, _ in pairs if b.strip()]
+    drops = [a for a, b, _ in pairs if not b.strip()]
+    if u and p and swaps and only_port_names(swaps, ctx.port_names) and _drops_only_absent(ctx, drops, pn):
+        return "swap to the port's own class or op: " + "; ".join(f"{a.strip()} -> {b.strip()}" for a, b in swaps[:3]) + (
+            "; the rest only uses upstream members the port does not provide" if drops else "")
     if kind == "added" and only_fields(pn):
         return "a field only the port adds"
     if kind == "class-attribute" and u and _returns_constant(pn) and re.search(r"capabilit", " ".join(_text(ctx.up, t) for t in u)):
@@ -910,13 +960,47 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
     if kind in {"class-attribute", "changed"} and u and _returns_constant(pn) and _CAPABILITY_QUERY.match(qual.rsplit(".", 1)[-1]):
         value = pn[0].value.value  # type: ignore[attr-defined]
         return f"capability replaced by the vendor's answer: {qual} returns {value!r} on the port"
-    if kind in {"changed", "removed", "added", "call-changed", "fallback-added", "class-attribute"}:
+    if u and _CAPABILITY_QUERY.match(qual.rsplit(".", 1)[-1]) and all(isinstance(n, _ANSWER_STMTS) for n in un) \
+            and all(isinstance(n, ast.Return | ast.Expr) for n in pn):
+        return f"capability replaced by the vendor's answer: the port answers {qual} itself"
+    if kind == "removed" and qual == "<module>":
+        gone = sorted({n.id for x in un for n in ast.walk(x) if isinstance(n, ast.Name) and n.id in ctx.up.funcs and n.id not in ctx.port.funcs})
+        if gone:
+            return f"goes with upstream members the port does not provide ({', '.join(gone[:4])}), reported with them"
+    if kind in {"changed", "removed", "added", "call-changed", "fallback-added", "class-attribute", "upstream-not-followed"}:
         texts = [a + " " + b for a, b, _ in pairs] if pairs else [_text(ctx.up, t) for t in u] + [_text(ctx.port, t) for t in p]
         if kind == "call-changed":
             texts = [re.sub(r":.*", "", s, flags=re.S) for s in [_classify(ctx, u, p)[1]]]
-        if not kernel_relevant(texts):
+        if not kernel_relevant(texts) and not kernel_call_changed(un, pn):
             return NOT_KERNEL
     return ""
+
+
+def _drops_only_absent(ctx: _Ctx, drops: list[str], pn: list[ast.AST]) -> bool:
+    """Every name in the dropped upstream text is an upstream member the port does not provide, or a
+    name the port's side of the hunk still uses (the call or keyword around it)."""
+    kept = {n.id for x in pn for n in ast.walk(x) if isinstance(n, ast.Name)} | {
+        k.arg for x in pn for n in ast.walk(x) if isinstance(n, ast.Call) for k in n.keywords if k.arg}
+    absent = (set(ctx.up.funcs) | set(ctx.up.attrs) | set(ctx.up.classes)) - (set(ctx.port.funcs) | set(ctx.port.attrs) | set(ctx.port.classes))
+    for text in drops:
+        for ident in re.findall(r"[A-Za-z_]\w*", text):
+            if ident not in absent and ident not in kept and not keyword.iskeyword(ident):
+                return False
+    return True
+
+
+# Statements that only decide an answer (a capability query's checks and early returns).
+_ANSWER_STMTS = (ast.If, ast.Return, ast.Try, ast.ExceptHandler, ast.Pass, ast.Expr, ast.Raise)
+
+
+def _floor(nodes: list[ast.AST]) -> bool:
+    """An NVIDIA capability floor: a comparison of a capability with a number or DeviceCapability."""
+    for n in nodes:
+        for c in ast.walk(n):
+            if isinstance(c, ast.Compare) and any(isinstance(o, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for o in c.ops) \
+                    and re.search(r"capabilit|DeviceCapability", ast.unparse(c)):
+                return True
+    return False
 
 
 def _platform_query(nodes: list[ast.AST], platform: VendorPlatform) -> bool:
@@ -1186,8 +1270,7 @@ def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart, env
         if followed:
             d = replace(d, action="none", validation="port tests")
         else:
-            gate = ctx.never_called(ch.symbol) or _port_gate(ctx, ch.symbol, span)
-            d = replace(d, attribution="drift", note=gate)
+            d = replace(d, attribution="drift", note=_change_note(ctx, ch, span))
         yield d
 
 
@@ -1226,6 +1309,19 @@ def _followed(ctx: _Ctx, ch: _Change) -> tuple[bool | None, int, tuple[int, int]
         same = dump(stmt) == dump(ctx.up.attrs[ch.symbol])
         return same, stmt.lineno, (stmt.lineno, stmt.end_lineno or stmt.lineno)
     return None, 0, (0, 0)
+
+
+def _change_note(ctx: _Ctx, ch: _Change, span: tuple[int, int]) -> str:
+    """Why an upstream change the port did not take is info: it lies on a path the vendor never runs,
+    or it touches no kernel argument, dtype, scale, layout or shape (a non-hook member, bookkeeping)."""
+    gate = ctx.never_called(ch.symbol) or _port_gate(ctx, ch.symbol, span)
+    if gate:
+        return gate if gate.startswith("a path") else f"a path the vendor never runs: {gate}"
+    short = ch.symbol.rsplit(".", 1)[-1]
+    if ch.kind in {"method-added", "method-removed"}:
+        return "" if CAPABILITY_HOOK.match(short) else "a member upstream added or removed that is not a capability hook; its callers are compared where they are"
+    text = f"{ch.callee} {ch.argument}" if ch.kind.startswith("kernel-argument") else ch.detail
+    return "" if kernel_relevant([text]) else NOT_KERNEL
 
 
 def _reclassify_followed(diffs: list[Difference], drift: list[Difference]) -> list[Difference]:
@@ -1280,7 +1376,9 @@ def _summary(group: list[Difference], what: str) -> tuple[Difference, str]:
     if all(d.detail.endswith(_ABSENT) for d in group):
         return replace(group[0], symbol=_absent_symbol(group)), f"{len(group)} upstream members are absent from the port here: " + "; ".join(
             d.detail.removeprefix("upstream ").removesuffix(" is absent from the port").removesuffix(" has no port counterpart") for d in group)
-    return lead, f"{len(group)} {what} in {lead.symbol}; at line {lead.line}: "
+    symbols = sorted({d.symbol for d in group})
+    where = lead.symbol if len(symbols) == 1 else f"{len(symbols)} functions ({', '.join(symbols)})"
+    return lead, f"{len(group)} {what} in {where}; at line {lead.line}: "
 
 
 def _hunk_line(d: Difference) -> str:
@@ -1304,6 +1402,26 @@ def _attribution(group: list[Difference], env: _Env) -> str:
     return "attribution: " + "; ".join(parts) if parts else ""
 
 
+_EDIT = re.compile(r"differs at (\.\.\.[^\[]{12,}\[upstream: [^|]+\| port: [^\]]*\])")
+
+
+def _same_edit(groups: list[list[Difference]]) -> list[list[Difference]]:
+    """Functions where the port misses the same upstream edit (the same text changed the same way) are one
+    root cause: their groups merge into the first one."""
+    out: list[list[Difference]] = []
+    by_edit: dict[str, list[Difference]] = {}
+    for group in groups:
+        edits = {m.group(1) for d in group if not d.declared for m in [_EDIT.search(d.detail)] if m}
+        target = next((by_edit[e] for e in sorted(edits) if e in by_edit), None)
+        if target is not None:
+            target.extend(group)
+            continue
+        out.append(group)
+        for e in edits:
+            by_edit[e] = group
+    return out
+
+
 def _severity(group: list[Difference]) -> Severity:
     return Severity.INFO if all(d.note or d.declared for d in group) else Severity.WARNING
 
@@ -1313,8 +1431,8 @@ def _comparison_findings(diffs: list[Difference], drift: list[Difference], cp: F
     undeclared differences join its drift finding when upstream also changed it."""
     undeclared = [d for d in diffs if not d.declared and d.kind not in {"cosmetic", "upstream-followed", "upstream-not-followed", "arch-check"}]
     arch = [d for d in diffs if d.kind == "arch-check"]
-    drift_groups = _grouped(d for d in drift if d.kind == "upstream-not-followed")
-    drift_symbols = {g[0].symbol for g in drift_groups if not g[0].declared}
+    drift_groups = _same_edit(_grouped(d for d in drift if d.kind == "upstream-not-followed"))
+    drift_symbols = {d.symbol for g in drift_groups if not g[0].declared for d in g}
     joined: dict[str, list[Difference]] = {}
     for group in _grouped(undeclared):
         if group[0].symbol in drift_symbols and not group[0].detail.endswith(_ABSENT):
@@ -1338,7 +1456,7 @@ def _comparison_findings(diffs: list[Difference], drift: list[Difference], cp: F
                            severity=_severity(group))
     versions = f"{env.base or '?'} -> {env.target or '?'}"
     for group in drift_groups:
-        extra = joined.pop(group[0].symbol, []) if not group[0].declared else []
+        extra = [d for sym in sorted({d.symbol for d in group}) for d in joined.pop(sym, [])] if not group[0].declared else []
         lead, head = _summary(group, "upstream changes not followed")
         message = f"{lead.symbol}: " + (head + lead.detail if head else lead.detail)
         if extra:

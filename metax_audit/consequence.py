@@ -23,7 +23,10 @@ _KERNEL_WORDS = re.compile(
     r"dtype|scale|layout|lse|causal|shape|stride|head_?size|head_?dim|block_?size|page_?size|kv_?cache|"
     r"window|soft_?cap|sink|alibi|fp8|fp4|nvfp4|int8|uint8|bf16|bfloat16|float16|float32|half|split|"
     r"pad|view|permute|transpose|reshape|contiguous|num_heads|num_kv_heads|num_qo_heads|topk|indptr|"
-    r"indices|seq_?len|query_?len|block_?table|workspace|cu_seqlens|max_seqlen", re.IGNORECASE)
+    r"indices|seq_?len|query_?len|block_?table|workspace|cu_seqlens|max_seqlen|ln_?2|log2|exp2", re.IGNORECASE)
+# Callees that are kernels or ops (the port's, upstream's or the kernel stack's): an argument change there matters.
+_KERNEL_CALLEE = re.compile(r"flash|attn|attention|mla|kernel|ops\.|triton|cutlass|\.run$|\.plan$|merge|decode|prefill|cache",
+                            re.IGNORECASE)
 # Method names a framework calls on a backend class to decide whether and how it runs.
 CAPABILITY_HOOK = re.compile(r"^(supports_\w+|get_supported_\w+|get_preferred_\w+|get_required_\w+|"
                              r"get_min_\w+|is_supported\w*|validate_\w+)$")
@@ -159,3 +162,60 @@ def _callee(call: ast.Call) -> str:
 def _short(text: str, limit: int = 100) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def fold(stmts: list[ast.stmt], platform: VendorPlatform) -> tuple[list[ast.stmt], list[str]]:
+    """Upstream's statements as the vendor platform runs them: every branch whose condition the platform
+    answers is replaced by the branch it takes. Returns the folded copy and the answers used."""
+    used: list[str] = []
+
+    class _Fold(ast.NodeTransformer):
+        def visit_If(self, node: ast.If) -> ast.AST | list[ast.stmt]:
+            self.generic_visit(node)
+            value = constant(node.test, platform)
+            if value is None:
+                return node
+            used.append(value[1])
+            return (node.body if value[0] else node.orelse) or []
+
+        def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+            self.generic_visit(node)
+            value = constant(node.test, platform)
+            if value is None:
+                return node
+            used.append(value[1])
+            return node.body if value[0] else node.orelse
+
+    import copy
+
+    module = ast.Module(body=copy.deepcopy(stmts), type_ignores=[])
+    folded = _Fold().visit(module)
+    return list(folded.body), used
+
+
+def same_code(a: list[ast.stmt], b: list[ast.stmt]) -> bool:
+    """Equal statements, line numbers aside."""
+    return len(a) == len(b) and all(ast.dump(x) == ast.dump(y) for x, y in zip(a, b, strict=True))
+
+
+# Questions and records, not kernels: predicates, getters, specs and configs.
+_NOT_KERNEL_CALLEE = re.compile(r"^(can_|is_|has_|supports_|get_|use_)|(Spec|Config|Metadata|Meta)$")
+
+
+def kernel_call_changed(un: list[ast.AST], pn: list[ast.AST]) -> str:
+    """The callee of a kernel or op call whose arguments differ between the two sides, or ""."""
+    def calls(nodes: list[ast.AST]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for n in nodes:
+            for c in ast.walk(n):
+                if isinstance(c, ast.Call):
+                    callee = _callee(c)
+                    if _KERNEL_CALLEE.search(callee) and not _NOT_KERNEL_CALLEE.search(callee.rsplit(".", 1)[-1]):
+                        out.setdefault(callee, set()).add(ast.unparse(c))
+        return out
+
+    uc, pc = calls(un), calls(pn)
+    for callee in sorted(set(uc) & set(pc)):
+        if uc[callee] != pc[callee]:
+            return callee
+    return ""

@@ -1,0 +1,89 @@
+# The first screen of every report (summary.md and the terminal): the verdict, each error on one line,
+# what is new in the change, the warnings most likely to change a kernel's result, and one line per file
+# the last sync left behind. Everything else is below it or on the per-file pages.
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from metax_audit.findings import RULES
+from metax_audit.models import AuditReport, Category, Finding, Severity
+
+# Most consequential first: a proven break of a kernel's semantics, then a call that does not bind,
+# then what upstream changed and the port did not follow, then capability questions, then differences.
+_CATEGORY_RANK = {c: i for i, c in enumerate((
+    Category.LSE, Category.LAYOUT, Category.FP8_SCALE, Category.DCP, Category.PADDING, Category.QUERY_COUNT,
+    Category.INDEX_MAPPING, Category.SIGNATURE, Category.KWARGS_SWALLOWED, Category.IMPORT, Category.REGISTRATION,
+    Category.GRAPH_CAPTURE, Category.UPSTREAM_DRIFT, Category.ARCH_CHECK, Category.UNDECLARED_DIFFERENCE,
+    Category.CLAIM, Category.INACTIVE_PATH, Category.ENVIRONMENT, Category.COVERAGE))}
+KERNEL_HUNK = "-- may change what a kernel computes or whether it runs"
+DRIFT_RULE, FOLLOWED_RULE = "MXA203", "MXA204"
+
+
+@dataclass(frozen=True)
+class Untouched:
+    """A file whose upstream counterpart changed since the base release with none of it followed."""
+
+    path: str
+    not_followed: int
+    warnings: int
+    infos: int
+
+
+@dataclass(frozen=True)
+class FirstScreen:
+    verdict: str
+    errors: tuple[Finding, ...]
+    new: tuple[Finding, ...] | None  # None when the review had no baseline
+    warnings: tuple[Finding, ...]  # ranked by consequence; those of untouched files are in `untouched`
+    untouched: tuple[Untouched, ...]
+    infos: int
+
+
+def first_screen(report: AuditReport) -> FirstScreen:
+    live = [f for f in report.findings if not f.waived]
+    errors = tuple(sorted((f for f in live if f.severity is Severity.ERROR), key=_rank))
+    has_baseline = any(getattr(f, "baseline", None) is not None for f in report.findings)
+    new = tuple(sorted((f for f in live if _is_new(f)), key=_rank)) if has_baseline else None
+    drift = Counter(f.location.path for f in live if f.rule == DRIFT_RULE)
+    followed = {f.location.path for f in report.findings if f.rule == FOLLOWED_RULE}
+    left = {p for p in drift if p not in followed}
+    untouched = tuple(
+        Untouched(p, drift[p], sum(f.severity is Severity.WARNING for f in live if f.location.path == p),
+                  sum(f.severity is Severity.INFO for f in live if f.location.path == p))
+        for p in sorted(left))
+    warnings = tuple(sorted((f for f in live if f.severity is Severity.WARNING and f.location.path not in left), key=_rank))
+    n_err = len(errors)
+    n_warn = sum(f.severity is Severity.WARNING for f in live)
+    if n_err:
+        verdict = f"FAIL: {n_err} error{'s' * (n_err != 1)} break on the target stack; {n_warn} warning{'s' * (n_warn != 1)} to review"
+    elif n_warn:
+        verdict = f"REVIEW: no error; {n_warn} warning{'s' * (n_warn != 1)} can change what a kernel computes or whether it runs"
+    else:
+        verdict = "PASS: no error and no warning"
+    return FirstScreen(verdict, errors, new, warnings, untouched, sum(f.severity is Severity.INFO for f in live))
+
+
+def _is_new(f: Finding) -> bool:
+    state = getattr(f, "baseline", None)
+    return bool(state is not None and getattr(state, "is_new", str(state) in {"new", "changed"}))
+
+
+def _rank(f: Finding) -> tuple[int, int, int, str, int]:
+    kernel_hunks = sum(KERNEL_HUNK in e for e in f.evidence)
+    return (-f.severity.rank, _CATEGORY_RANK.get(f.category, 99), -kernel_hunks, f.location.path, f.location.line)
+
+
+def one_line(f: Finding, limit: int = 220) -> str:
+    """file:line, what breaks (the rule's title), why (the finding's message), cut to one line."""
+    where = f"{f.location.path}:{f.location.line}" if f.location.line else f.location.path
+    title = RULES[f.rule].title if f.rule in RULES else f.rule
+    text = " ".join(f"{title}: {f.message}".split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{where} {f.rule} {text}"
+
+
+def untouched_line(u: Untouched) -> str:
+    return (f"{u.path}: upstream changed it in {u.not_followed} place{'s' * (u.not_followed != 1)} since the base release "
+            f"and the last sync followed none; {u.warnings} warning, {u.infos} info")
