@@ -159,6 +159,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "removed": ("declare why the port drops it (vendor kernel lacks the feature?)", "port tests; signature check"),
     "changed": ("declare the reason for the vendor change", "port tests on the changed path"),
     "cosmetic": ("none", "none"),
+    "moved": ("confirm the new order computes the same values", "port tests on the function"),
 }
 
 
@@ -200,6 +201,7 @@ class _Env:
     target: str | None
     base: str | None
     base_state: str = "none"  # "none": no --base | "same": upstream did not change the file | "side": three-way
+    vendor_words: frozenset[str] = frozenset()  # the vendor's name as the modification markers spell it ("metax")
 
     def attribution(self, drift: bool) -> str:
         if drift:
@@ -282,7 +284,8 @@ def compare(
     drift_all: list[Difference] = []
     up_root = upstream.root if upstream else None
     env = _Env(read_vendor_platform(discovery.root, config.platform_path), _PortRefs(discovery.root, config.port_package),
-               upstream.version if upstream else None, base.version if base else None)
+               upstream.version if upstream else None, base.version if base else None,
+               vendor_words=frozenset(w for m in config.modification_markers for w in re.findall(r"[a-z]{3,}", m.lower())[:1]))
     registry = read_registry(up_root, config.upstream_package)
     up_classes = UpstreamClasses(up_root, config.upstream_package) if up_root is not None else None
 
@@ -567,9 +570,14 @@ class _Ctx:
         block = cm.block_for(first, last)
         if block is not None:
             return True, _short(block.reason) or "Metax Modification block (no reason written)"
-        for lines in (cm.lines_above(first), cm.trailing_lines(first, last)):
-            # A comment copied from upstream explains upstream's code, not the vendor's change.
-            if any(_squash(t) not in self.up_comments for t in lines):
+        # A vendor comment in or directly above the changed statement declares it (a marker anywhere in it
+        # is a block above); a comment copied from upstream explains upstream's code, and a commented-out
+        # argument is the change itself, not its reason.
+        words = self.env.vendor_words if self.env is not None else frozenset()
+        inside = [c.text for c in cm.comments_in(first, last) if not c.trailing and not _is_code(c.text)
+                  and any(w in c.text.lower() for w in words) and not _LEGAL.search(c.text)]
+        for lines in (cm.lines_above(first), cm.trailing_lines(first, last), inside):
+            if any(_squash(t) not in self.up_comments and not _is_code(t) for t in lines):
                 return True, _short(" ".join(lines))
         return False, ""
 
@@ -647,11 +655,14 @@ def _removed_imports(ctx: _Ctx) -> Iterator[Difference]:
     A name the port never mentions went with the upstream code that used it, which is reported where
     that code was; a name the port defines itself is a local replacement, which is the news."""
     used, bound = _names_used(ctx.port.tree)
+    aliases = _aliases(ctx.port.tree)
     groups: dict[tuple[int, str], list[tuple[str, str]]] = {}
     for name, (umod, uline) in sorted(ctx.up.imports.items(), key=lambda kv: kv[1][1]):
         if name in ctx.port.imports or name in ctx.rename.values():
             continue
-        if name in bound:
+        if aliases.get(name) == f"{umod}.{name}":
+            kind = "cosmetic"  # `x = mod.x` names the very object upstream imports: an alias, not a port definition
+        elif name in bound:
             # Upstream defining it too means its import was a local one for that same module-level name.
             up_defines = name in ctx.up.funcs or name in ctx.up.classes or name in ctx.up.attrs
             kind = "cosmetic" if up_defines else "changed"
@@ -670,6 +681,35 @@ def _removed_imports(ctx: _Ctx) -> Iterator[Difference]:
             yield ctx.removal(kind, 0, names, f"upstream imports {names} from {umods}; the port neither imports nor uses them", uline)
         else:
             yield ctx.removal(kind, 0, names, f"upstream imports {names} from {umods}; the port uses the name(s) but does not import them", uline)
+
+
+def _same_upstream_object(ctx: _Ctx, name: str) -> bool:
+    """The port binds `name` to upstream's own module-level object (import or alias of its module)."""
+    up_module = module_of(ctx.cp.upstream_path or "")
+    imported = ctx.port.imports.get(name)
+    if imported is not None and imported[0] == up_module:
+        return True
+    return _aliases(ctx.port.tree).get(name) == f"{up_module}.{name}"
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Names bound to another module's object (`x = ops.x` after `from vllm import _custom_ops as ops`),
+    as the dotted path of that object."""
+    modules: dict[str, str] = {}
+    for node in iter_statements(tree.body):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            modules.update({a.asname or a.name: a.name for a in node.names})
+    out: dict[str, str] = {}
+    for node in iter_statements(tree.body):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = node.value
+            if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id in modules:
+                out.setdefault(node.targets[0].id, f"{modules[value.value.id]}.{value.attr}")
+            elif isinstance(value, ast.Name) and value.id in modules:
+                out.setdefault(node.targets[0].id, modules[value.id])
+    return out
 
 
 def _names_used(tree: ast.AST) -> tuple[frozenset[str], dict[str, int]]:
@@ -711,6 +751,8 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
             continue  # the whole class is already reported
         elif owner and _inherits(port.classes[owner], owner):
             continue  # the port class subclasses upstream's: the method is inherited, not removed
+        elif not owner and _same_upstream_object(ctx, qual):
+            continue  # the port imports or aliases upstream's own function: the same object, not a removal
         else:
             anchor = _anchor(ctx, qual)
             yield _member(ctx, ctx.removal("removed", anchor, qual, f"upstream {qual}{_sig(ufn)} is absent from the port", ufn.lineno))
@@ -860,7 +902,19 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
     ptoks = _mark_arch(ctx.port, list(_flatten(pbody, 0)))
     bkeys = {t.key for t in _flatten(bbody, 0)} if bbody is not None else None
     matcher = difflib.SequenceMatcher(None, [t.key for t in utoks], [t.key for t in ptoks], autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    opcodes = matcher.get_opcodes()
+    moves = _moves(opcodes, utoks, ptoks)
+    for op, i1, i2, j1, j2 in opcodes:
+        if (i1, i2) in moves.values():
+            continue  # a statement moved within the function: reported once, where it is now
+        if (j1, j2) in moves:
+            u, p = utoks[moves[(j1, j2)][0]:moves[(j1, j2)][1]], ptoks[j1:j2]
+            span = (p[0].line, max(t.end for t in p))
+            d = ctx.diff("moved", p[0].line, qual, f"moved within {qual}: upstream line {u[0].line} is at port line {p[0].line}: "
+                         f"{_text(ctx.port, p[0])}", span, u[0].line)
+            yield replace(d, note=f"a statement moved within its function (the same code, upstream line {u[0].line})",
+                          attribution=ctx.env.attribution(False) if ctx.env is not None else "")
+            continue
         if op == "equal":
             for first, last in _arch_groups(ptoks[j1:j2]):
                 d = ctx.diff("arch-check", first.line, qual, f"kept from upstream: {_text(ctx.port, first)}",
@@ -888,6 +942,19 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
         d = ctx.diff(kind, line, qual, detail, span, u[0].line if u else None)
         attribution = ctx.env.attribution(drift) if ctx.env is not None else ""
         yield replace(d, note=_hunk_note(ctx, qual, kind, u, p, span), attribution=attribution)
+
+
+def _moves(opcodes: list[tuple[str, int, int, int, int]], utoks: list[_Tok], ptoks: list[_Tok]) -> dict[tuple[int, int], tuple[int, int]]:
+    """Port ranges (j1, j2) holding exactly the statements an upstream-only range (i1, i2) holds, at any depth."""
+    def shape(toks: list[_Tok]) -> tuple[str, ...]:
+        return tuple(t.key.split("|", 1)[-1] for t in toks)
+
+    dropped = {shape(utoks[i1:i2]): (i1, i2) for op, i1, i2, j1, j2 in opcodes if op == "delete"}
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for op, _i1, _i2, j1, j2 in opcodes:
+        if op == "insert" and shape(ptoks[j1:j2]) in dropped:
+            out[(j1, j2)] = dropped.pop(shape(ptoks[j1:j2]))
+    return out
 
 
 def _kept_base(u: list[_Tok], p: list[_Tok], bkeys: set[str]) -> bool:
@@ -1521,6 +1588,21 @@ def _text(side: _Side, tok: _Tok) -> str:
 def _short(text: str, limit: int = 240) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# A file's legal header names the vendor too; it declares no change.
+_LEGAL = re.compile(r"SPDX|copyright|all rights reserved|licen[cs]e", re.IGNORECASE)
+
+
+def _is_code(text: str) -> bool:
+    """A commented-out line of code (`# fa_version=self.fa_version,`), not prose."""
+    if not any(ch in text for ch in "()=[]"):
+        return False
+    try:
+        ast.parse(text.strip().rstrip(",") or "pass")
+    except SyntaxError:
+        return False
+    return True
 
 
 def _squash(text: str) -> str:
