@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,40 +24,51 @@ def _safe(text: str) -> str:
 
 
 def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
+    """The first screen: verdict, errors (one line each), what is new, the warnings by consequence, the
+    files the last sync left behind, then where to read the rest."""
+    from metax_audit.report.first_screen import first_screen, one_line, untouched_line
+
     snap = report.snapshot
     _console.print(f"[bold]metax-audit review[/bold] {snap.mode} {_safe(snap.label)} "
                    f"commit {(snap.commit or 'none')[:12]}{' (dirty)' if snap.dirty else ''}")
     for note in snap.notes:
         _console.print(f"  note: {_safe(note)}")
-    stages = Table(title="stages", show_edge=False)
-    for col in ("stage", "ran", "seconds", "note"):
-        stages.add_column(col)
-    for s in report.stages:
-        stages.add_row(s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", _safe(s.note))
-    _console.print(stages)
-    by_cat: Counter[tuple[str, str]] = Counter()
-    for f in report.findings:
-        if not f.waived:
-            by_cat[(f.category.value, f.severity.value)] += 1
-    if by_cat:
-        t = Table(title="findings by category", show_edge=False)
-        for col in ("category", "severity", "count"):
-            t.add_column(col)
-        for (cat, sev), n in sorted(by_cat.items()):
-            t.add_row(cat, sev, str(n))
-        _console.print(t)
-    # New (and changed) findings against the baseline first, marked; then the rest by severity.
-    top = sorted((f for f in report.findings if not f.waived),
-                 key=lambda f: (not (f.baseline and f.baseline.is_new), -f.severity.rank, f.location))[:15]
+    skipped = [s for s in report.stages if not s.ran]
+    for s in skipped:
+        _plain(f"  stage {s.name} did not run: {s.note}")
+    screen = first_screen(report)
+    _console.print(f"[bold]{screen.verdict}[/bold]")
     if report.baseline_info:
         b = report.baseline_info
-        _console.print(f"against {b['rev']} {(b['commit'] or '')[:12]}: {b['new']} new, {b['changed']} changed, "
-                       f"{b['unchanged']} unchanged, {b['fixed']} fixed", markup=False, highlight=False)
-    for f in top:
-        mark = f"{f.baseline.value.upper():9} " if f.baseline and f.baseline.is_new else ""
-        _console.print(visible(f"  {mark}{f.severity.value:7} {f.rule} {f.location}  {f.message}"), markup=False, highlight=False)
-    if written:
-        _console.print(f"reports: {_safe(', '.join(str(p) for p in written[:6]))}{' ...' if len(written) > 6 else ''}")
+        _plain(f"against {b['rev']} {(b['commit'] or '')[:12]}: {b['new']} new, {b['changed']} changed, "
+               f"{b['unchanged']} unchanged, {b['fixed']} fixed")
+    _plain(f"errors ({len(screen.errors)}):" if screen.errors else "errors: none")
+    for f in screen.errors:
+        _plain(f"  {one_line(f)}")
+    if screen.new is not None:
+        _plain(f"new in this change ({len(screen.new)}):")
+        for f in screen.new[:TERMINAL_WARNINGS]:
+            mark = f.baseline.value.upper() if f.baseline else "NEW"
+            _plain(f"  {mark:9} {f.severity.value:7} {one_line(f)}")
+    shown = screen.warnings[:TERMINAL_WARNINGS]
+    if shown:
+        _plain(f"warnings ({len(screen.warnings)}), most consequential first:")
+        for f in shown:
+            _plain(f"  {one_line(f, 160)}")
+    for u in screen.untouched:
+        _plain(f"  untouched by the last sync: {untouched_line(u)}")
+    summary = next((p for p in written if p.name == "summary.md"), written[0] if written else None)
+    more = len(screen.warnings) - len(shown)
+    where = f"read {summary}" if summary else "write reports with --format md to read them"
+    _plain(f"{more} more warning{'s' * (more != 1)} and {screen.infos} info: {where}" if more else f"{screen.infos} info: {where}")
+
+
+TERMINAL_WARNINGS = 10
+
+
+def _plain(text: str) -> None:
+    """A line with text from the audited repo: control characters made visible, no markup."""
+    _console.print(visible(text), markup=False, highlight=False)
 
 
 def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]) -> None:

@@ -54,11 +54,11 @@ from metax_audit.roles import UpstreamClasses
 R_UNDECLARED = rule(
     "MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING,
     "port differs from its upstream counterpart without a declaration",
-    "The port changes, adds or removes code relative to the upstream file it follows, and no "
-    "'Metax Modification' block or comment directly above says why. Declare the change with its "
-    "reason (and the probe or test that proves it), or waive it in the waivers file. Imports count once per "
-    "import statement (info when they only switch to the port's own in-scope copy of the same module); members "
-    "dropped at one place are one finding.",
+    "The port changes, adds or removes code relative to the upstream file it follows, and no vendor marker or "
+    "comment in or directly above the changed statement says why. Declare the change with its reason (and the "
+    "probe or test that proves it), or waive it. The hunks of one function are one finding, with one evidence "
+    "line per hunk saying whether it may change a kernel or why it is info, and who changed it (port-only, or "
+    "drift when upstream changed it after the base release: then it joins the drift finding).",
 ).id
 R_ARCH = rule(
     "MXA202", Category.ARCH_CHECK, Severity.WARNING,
@@ -66,14 +66,16 @@ R_ARCH = rule(
     "An is_device_capability / has_device_capability / SM-number check answers a question about "
     "NVIDIA GPUs; on the vendor device it is either meaningless or decided by whatever capability "
     "the platform reports. Replace it with a vendor feature query, or declare why the number applies. "
-    "Checks kept unchanged in one function are one finding listing each line.",
+    "The checks of one function are one finding listing each line; a predicate the vendor platform answers "
+    "with a constant, an NVIDIA floor the port answers itself, or a check inherited unchanged is info.",
 ).id
 R_DRIFT = rule(
     "MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING,
     "upstream changed this between the base and target release and the port did not follow",
     "Between the base release the port was synced to and the target release, upstream added or "
     "changed a method, signature, default or kernel argument. The port still has the old form. "
-    "Take the change, or declare why the vendor kernel cannot. Hunks of one function are one finding.",
+    "Take the change, or declare why the vendor kernel cannot. Hunks of one function are one finding (with the "
+    "function's port-only differences), and so is one upstream edit missed in several functions.",
 ).id
 R_DRIFT_TAKEN = rule(
     "MXA204", Category.UPSTREAM_DRIFT, Severity.INFO,
@@ -249,15 +251,25 @@ def _default_env() -> _Env:
 
 
 def _port_names(side: _Side, package: str) -> frozenset[str]:
-    """Names the port file defines itself or imports from its own package (its own classes and ops)."""
-    names = {n.name for n in ast.walk(side.tree) if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)}
+    """Names the port file defines at module or class level, or imports from its own package (its own
+    classes, functions and ops); a function's local variables are not among them."""
+    names: set[str] = set()
     root = package.split(".")[0]
     for node in ast.walk(side.tree):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == root):
             names.update(a.asname or a.name for a in node.names)
-    for node in iter_statements(side.tree.body):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+    stack: list[ast.stmt] = list(side.tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            stack.extend(n for n in node.body if isinstance(n, ast.ClassDef))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             names.add(node.targets[0].id)
+        elif isinstance(node, ast.If | ast.Try):  # module-level conditional definitions
+            stack.extend(node.body + node.orelse + [s for h in getattr(node, "handlers", []) for s in h.body])
     for node in ast.walk(side.tree):  # ops the port registers itself: direct_register_custom_op(op_name="x", ...)
         if isinstance(node, ast.Call):
             for kw in node.keywords:
@@ -329,7 +341,7 @@ def compare(
             ))
             continue
         if cp.how == "role" and up_root is not None:
-            files.append(_compare_by_role(src.path, port, cp, config, up_classes, base, upstream, findings, drift_all))
+            files.append(_compare_by_role(src.path, port, cp, config, up_classes, base, upstream, findings, drift_all, env))
             continue
         up = _load(up_root / (cp.upstream_path or ""), cp.upstream_path or "", config, port_side=False)
         if up is None:
@@ -373,7 +385,7 @@ def compare(
 
 def _compare_by_role(path: str, port: _Side, cp: FileCounterpart, config: AuditConfig, up_classes: UpstreamClasses | None,
                      base: UpstreamInfo | None, upstream: UpstreamInfo | None, findings: list[Finding],
-                     drift_all: list[Difference]) -> FileComparison:
+                     drift_all: list[Difference], env: _Env) -> FileComparison:
     """A file whose classes take upstream classes' roles: their contracts, not a copied file's lines."""
     assert up_classes is not None
     old = UpstreamClasses(base.root, config.upstream_package) if base is not None and base.root is not None else None
@@ -382,7 +394,8 @@ def _compare_by_role(path: str, port: _Side, cp: FileCounterpart, config: AuditC
     findings.extend(role_findings)
     for diff, up_path in pairs:
         drift_all.append(diff)
-        findings.extend(_drift_findings([diff], replace(cp, upstream_path=up_path), upstream, base))
+        attributed = replace(diff, attribution="drift") if diff.kind == "upstream-not-followed" else diff
+        findings.extend(_comparison_findings([], [attributed], replace(cp, upstream_path=up_path), env))
     return FileComparison(path, cp.upstream_path, vendor_only=False,
                           class_map={p.port_class: p.upstream_class for p in cp.roles},
                           differences=tuple(d for d, _ in pairs), declared_blocks=len(port.comments.blocks))
@@ -902,7 +915,13 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
     ptoks = _mark_arch(ctx.port, list(_flatten(pbody, 0)))
     bkeys = {t.key for t in _flatten(bbody, 0)} if bbody is not None else None
     matcher = difflib.SequenceMatcher(None, [t.key for t in utoks], [t.key for t in ptoks], autojunk=False)
-    opcodes = matcher.get_opcodes()
+    opcodes = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "replace" and i2 - i1 == j2 - j1 > 1 and all(utoks[i1 + k].depth == ptoks[j1 + k].depth for k in range(i2 - i1)):
+            # Statements replaced one for one: each is its own hunk, so each gets its own attribution.
+            opcodes += [("replace", i1 + k, i1 + k + 1, j1 + k, j1 + k + 1) for k in range(i2 - i1)]
+        else:
+            opcodes.append((op, i1, i2, j1, j2))
     moves = _moves(opcodes, utoks, ptoks)
     for op, i1, i2, j1, j2 in opcodes:
         if (i1, i2) in moves.values():
@@ -1003,6 +1022,8 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         if dropped:
             return f"the port drops a {dropped}"
     if kind == "arch-check":
+        if u and p and _cosmetic(un, pn):
+            return "only a message text differs"
         up_arch = [t.node for t in u if t.arch]
         port_arch = [t.node for t in p if t.arch]
         const = _arch_constant(up_arch or port_arch, ctx.platform)
@@ -1035,7 +1056,9 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         if gone:
             return f"goes with upstream members the port does not provide ({', '.join(gone[:4])}), reported with them"
     if kind in {"changed", "removed", "added", "call-changed", "fallback-added", "class-attribute", "upstream-not-followed"}:
-        texts = [a + " " + b for a, b, _ in pairs] if pairs else [_text(ctx.up, t) for t in u] + [_text(ctx.port, t) for t in p]
+        named = [a + " " + b for a, b, _ in pairs if re.search(r"[A-Za-z_]", a + b)]
+        # A change of operators or numbers names nothing itself: the statements it sits in decide.
+        texts = named if named else [_text(ctx.up, t) for t in u] + [_text(ctx.port, t) for t in p]
         if kind == "call-changed":
             texts = [re.sub(r":.*", "", s, flags=re.S) for s in [_classify(ctx, u, p)[1]]]
         if not kernel_relevant(texts) and not kernel_call_changed(un, pn):
@@ -1472,6 +1495,9 @@ def _attribution(group: list[Difference], env: _Env) -> str:
 _EDIT = re.compile(r"differs at (\.\.\.[^\[]{12,}\[upstream: [^|]+\| port: [^\]]*\])")
 
 
+_KV_LAYOUT_HOOKS = frozenset({"get_kv_cache_shape", "get_kv_cache_stride_order"})
+
+
 def _same_edit(groups: list[list[Difference]]) -> list[list[Difference]]:
     """Functions where the port misses the same upstream edit (the same text changed the same way) are one
     root cause: their groups merge into the first one."""
@@ -1479,6 +1505,9 @@ def _same_edit(groups: list[list[Difference]]) -> list[list[Difference]]:
     by_edit: dict[str, list[Difference]] = {}
     for group in groups:
         edits = {m.group(1) for d in group if not d.declared for m in [_EDIT.search(d.detail)] if m}
+        # A backend's KV-cache shape and stride order describe one layout (the order permutes the shape).
+        edits |= {f"kv-cache layout of {d.symbol.rsplit('.', 1)[0]}" for d in group if not d.declared
+                  and d.symbol.rsplit(".", 1)[-1] in _KV_LAYOUT_HOOKS}
         target = next((by_edit[e] for e in sorted(edits) if e in by_edit), None)
         if target is not None:
             target.extend(group)

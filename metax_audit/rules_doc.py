@@ -9,6 +9,7 @@ import sys
 import metax_audit
 from metax_audit.findings import RULES, Rule
 from metax_audit.models import Category
+from metax_audit.severity_doc import SEVERITY
 
 REGENERATE = "python -m metax_audit.rules_doc > docs/rules.md"
 
@@ -78,6 +79,12 @@ def render_rules_markdown() -> str:
         "its evidence. To accept a finding on purpose, waive it in the waivers file with the rule id, "
         "the path and the reason; a waiver that matches nothing is reported as stale.",
         "",
+        "Severity means consequence: **error** = it breaks on the target stack (a call that does not bind, a "
+        "semantic mismatch proven by dataflow or a probe); **warning** = it can change what a kernel computes or "
+        "whether it runs on the vendor device, and nothing in the evidence explains it; **info** = true but explained "
+        "(a known vendor adaptation, with the reason) or harmless (a path the vendor never runs, with the gate). "
+        "Each rule below says what makes it each severity it can have, with an example.",
+        "",
         f"{len(rules)} rules.",
         "",
         "| rule | category | severity | meaning |",
@@ -92,6 +99,8 @@ def render_rules_markdown() -> str:
         out += [f"## {cat.value}", ""]
         for r in group:
             out += [f"### {r.id}", "", f"**{r.title}** — default severity `{r.severity.value}`.", "", " ".join(r.help.split()), ""]
+            out += [f"- **{sev}** when {when}. Example: {example}." for sev, when, example in SEVERITY.get(r.id, ())]
+            out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 

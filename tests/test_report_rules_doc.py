@@ -34,3 +34,15 @@ def test_excluded_modules_are_not_imported():
     assert rules_doc._excluded("metax_audit.cli")
     assert rules_doc._excluded("metax_audit.demo.data.port")
     assert not rules_doc._excluded("metax_audit.checks.stack")
+
+
+def test_every_rule_says_what_makes_each_severity_with_an_example():
+    from metax_audit.severity_doc import SEVERITY
+
+    text = rules_doc.render_rules_markdown()
+    for rule in rules_doc.load_all_rules().values():
+        entries = SEVERITY[rule.id]
+        assert rule.severity.value in {sev for sev, _, _ in entries}, f"{rule.id}: no entry for its default severity"
+        for sev, when, example in entries:
+            assert sev in {"error", "warning", "info"} and when and example
+            assert f"- **{sev}** when {when}. Example: {example}." in text

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from metax_audit.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
 from metax_audit.models import AuditReport, CallSite, Category, Difference, FileRecord, Finding, Severity
+from metax_audit.report.first_screen import first_screen, one_line, untouched_line
 from metax_audit.report.text import uri, visible
 
 FILES_DIR = "files"
@@ -109,7 +110,9 @@ def _inline(text: str) -> str:
 def render_summary(report: AuditReport, link: Linker = no_links, page_link: Callable[[str], str] | None = None) -> str:
     page_link = page_link or (lambda p: f"{FILES_DIR}/{page_name(p)}")
     snap = report.snapshot
-    out = ["# metax-audit review", "", f"**{summary_line(report)}**", ""]
+    out = ["# metax-audit review", ""]
+    out += _first_screen(report, link, page_link)
+    out += [f"**{summary_line(report)}**", ""]
     commit = snap.commit[:12] if snap.commit else "no commit"
     label = f" `{snap.label}`" if snap.label else ""
     out.append(f"- snapshot: {snap.mode}{label} at `{commit}`" + (" (worktree dirty)" if snap.dirty else ""))
@@ -230,6 +233,48 @@ def new_findings_section(report: AuditReport, link: Linker = no_links) -> list[s
         lines = _finding_line(f, link)
         out += [lines[0].replace("- **", f"- {f.baseline.value.upper() if f.baseline else ''} **", 1), *lines[1:]]
     out += [""] if news else []
+    return out
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+WARNINGS_SHOWN = 25  # on the first screen; the rest are under "Findings" below
+
+
+def _first_screen(report: AuditReport, link: Linker, page_link: Callable[[str], str]) -> list[str]:
+    """Verdict, each error on one line, what is new, the warnings by consequence, the files the last sync left."""
+    screen = first_screen(report)
+    out = [f"**{_md(screen.verdict)}**", ""]
+
+    def item(f: Finding) -> str:
+        """An error says what breaks (its rule) and why; a warning says what differs."""
+        where = _loc(f.location.path, f.location.line, link)
+        text = one_line(f).split(f" {f.rule} ", 1)[-1] if f.severity is Severity.ERROR else _clip(f.message)
+        return f"1. {where} `{f.rule}` {_md(text)}"
+
+    if screen.errors:
+        out += [f"### Errors ({len(screen.errors)})", "", *(item(f) for f in screen.errors), ""]
+    if screen.new is not None:
+        b = report.baseline_info or {}
+        since = f" since `{b['rev']}`" if b.get("rev") else ""
+        out += [f"### New{since} ({len(screen.new)}; details under \"New in this change\" below)", ""]
+        out += [*(item(f) for f in screen.new), ""] if screen.new else ["_Nothing new since the baseline._", ""]
+    if screen.warnings:
+        shown = screen.warnings[:WARNINGS_SHOWN]
+        elsewhere = sum(u.warnings for u in screen.untouched)
+        also = f"; {elsewhere} more in the files the last sync did not touch" if elsewhere else ""
+        out += [f"### Warnings ({len(screen.warnings)}{also}), most consequential first", "", *(item(f) for f in shown)]
+        if len(screen.warnings) > len(shown):
+            out.append(f"\n{len(screen.warnings) - len(shown)} more warnings under [Findings](#findings).")
+        out.append("")
+    if screen.untouched:
+        out += [f"### Files the last sync did not touch ({len(screen.untouched)})", ""]
+        out += [f"- [`{u.path}`]({page_link(u.path)}): {_md(untouched_line(u).split(': ', 1)[1])}" for u in screen.untouched]
+        out.append("")
+    out += [f"Everything else ({screen.infos} info, the tables, backends and probes) is below and on the per-file pages.", ""]
     return out
 
 

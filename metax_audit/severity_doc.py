@@ -1,0 +1,152 @@
+# What makes each rule an error, a warning or info, with an example of each: the severity model of
+# DESIGN.md applied per rule (error = breaks on the target stack; warning = can change what a kernel
+# computes or whether it runs, unexplained; info = explained or harmless). docs/rules.md renders it.
+from __future__ import annotations
+
+E, W, I = "error", "warning", "info"  # noqa: E741 - the three severities, as the docs write them
+
+_PROBES = {"400": "lse", "401": "layout", "402": "fp8-scale", "403": "dcp", "404": "query-count", "405": "padding",
+           "406": "graph-capture"}
+_PROBE_EXAMPLES = {
+    "lse": "the paged-decode target returns base-2 LSE where the contract says base e",
+    "layout": "the target reads the KV cache as NHD where the backend allocates HND",
+    "fp8-scale": "the target ignores k_scale/v_scale (matches the 'ignored' hypothesis)",
+    "dcp": "partial outputs merged over KV shards differ from full attention",
+    "query-count": "rows of padded queries come back as real tokens",
+    "padding": "zero-length requests produce NaN rows",
+    "graph-capture": "replay after changing the inputs in place returns the captured inputs' output",
+}
+
+SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "MXA001": ((E, "a file in scope does not parse, so nothing in it was traced or compared",
+                "`vllm_metax/v1/attention/backends/flashinfer.py`: SyntaxError at line 120"),),
+    "MXA002": ((I, "a stage skipped the file for a stated reason (size limit, generated code)",
+                "`ops/generated_tables.py` is 3.1 MB (limit 2 MB): not analysed"),),
+    "MXA003": ((W, "the test command given with --test exited non-zero on the snapshot",
+                "`pytest tests/attn` exited 1: 1 failed"),),
+    "MXA010": ((E, "a registration's class path names no class in the snapshot: the backend cannot be loaded",
+                "`register_backend(FLASHINFER, class_path=\"...flashinfer.MacaFlashInferBackendX\")`"),),
+    "MXA011": ((I, "a backend is registered but no priority list names it: it runs only when selected explicitly",
+                "CUSTOM registered in triton_attn.py, in no priority list"),),
+    "MXA012": ((W, "a priority list names a backend the port does not register: the upstream (NVIDIA) class is loaded",
+                "priorities (else): FLASHINFER, FLEX_ATTENTION, with FLEX_ATTENTION not registered"),),
+    "MXA013": ((W, "one backend is registered twice with different class paths: which one runs depends on import order",
+                "FLASH_ATTN -> ...flash_attn.MacaFlashAttentionBackend and ...mla.prefill.flash_attn.MacaFlashAttnPrefillBackend"),),
+    "MXA014": ((I, "a registration points outside the audited snapshot (another package); it is not audited here",
+                "class_path=\"vllm.v1.attention.backends.flex_attention.FlexAttentionBackend\""),),
+    "MXA015": ((I, "the platform switches a feature off; branches behind it are inactive on this platform",
+                "`model_config.disable_cascade_attn = True` in check_and_update_config"),),
+    "MXA016": ((W, "a registration's backend or class path is computed, so the audit cannot follow it",
+                "`register_backend(name, class_path=prefix + name)`"),),
+    "MXA050": ((E, "the registered backend's get_impl_cls leads to no class: the backend cannot run",
+                "`get_impl_cls()` returns a name that is not defined or imported"),),
+    "MXA051": ((E, "the implementation class has no forward: the backend cannot run",
+                "`MacaTritonAttentionImpl` defines do_kv_cache_update but no forward"),),
+    "MXA052": ((W, "a registered backend has no metadata builder: its metadata comes from somewhere the audit cannot see",
+                "`get_builder_cls` missing on MacaFlexAttentionBackend"),),
+    "MXA053": ((W, "the traced chain reaches no kernel: the backend's computation was not audited",
+                "FLASH_ATTN chain ends at forward with 0 kernel calls resolved"),),
+    "MXA054": ((I, "a call in a backend chain could not be resolved statically; it is listed so coverage is honest",
+                "`self._decode_wrapper.run(...)` where the wrapper is built by a factory"),),
+    "MXA055": ((W, "a file the trace reached could not be read, so its calls were not audited",
+                "`vllm_metax/ops/x.py`: permission denied"),),
+    "MXA101": ((E, "a call passes a keyword the installed kernel does not accept: TypeError on that path",
+                "`BatchDecodeWithPagedKVCacheWrapper(..., backend=...)` with flashinfer 0.2.6 (no `backend` parameter)"),),
+    "MXA102": ((E, "a call passes more positionals than the installed kernel takes",
+                "`flash_mla_with_kvcache(q, k, bt, sl, dv, md, ns, scale)` where the installed kernel takes 7"),),
+    "MXA103": ((E, "a call omits a required parameter of the installed kernel",
+                "`merge_attn_states(out, p_out, p_lse, s_out)` without the required `suffix_lse`"),),
+    "MXA104": ((E, "a call binds an argument twice or passes a positional-only parameter by keyword",
+                "`kernel(q, q=q2)`"),),
+    "MXA105": ((E, "the port passes more positionals than upstream's call: it follows an older signature and every later value shifts",
+                "`ops.cp_gather_and_upconvert_fp8_kv_cache(..., chunk.seq_lens, ...)`: `workspace_starts` lands on `batch_size`"),
+               (W, "a positional lands on another installed parameter than upstream's call passes it to, without extra positionals",
+                "the port passes `block_table` second where upstream passes it third")),
+    "MXA106": ((I, "the installed kernel could not be inspected (import error, no signature), so the call was not checked",
+                "`flash_mla.get_mla_metadata`: import error on this machine; 5 calls not checked"),),
+    "MXA110": ((W, "a keyword lands in the kernel's **kwargs and the kernel never reads it: the argument is silently ignored",
+                "`run(q, kv, window=4, o_dtype=n)` where run(q, kv, *, window=-1, **kwargs) never reads `o_dtype`"),),
+    "MXA111": ((I, "a keyword lands in **kwargs and is forwarded to another callable (checked there)",
+                "`plan(..., **kwargs)` forwards `kv_data_type` to the module's plan"),),
+    "MXA120": ((E, "the port imports a name the installed kernel package does not provide: ImportError",
+                "`from flashinfer.decode import _gone`"),),
+    "MXA121": ((I, "an import could not be checked because the kernel package is not importable here",
+                "`from flash_mla import flash_mla_with_kvcache` with flash_mla absent on the audit machine"),),
+    "MXA130": ((W, "a host synchronisation (.item(), .cpu(), .tolist()) on a path the backend declares capturable",
+                "`n = q.max().item()` in forward of a backend declaring AttentionCGSupport.ALWAYS"),
+               (I, "the synchronisation is on a path capture never takes (prefill, a None guard)",
+                "`.tolist()` in `_prefill_attention`")),
+    "MXA131": ((W, "Python branches on a tensor value on a capturable path: the captured graph freezes one branch",
+                "`if seq_lens.max() > 128:` in forward"),),
+    "MXA132": ((I, "a per-call buffer allocation on a capturable path (works, but costs memory per replay)",
+                "`torch.empty(n, device=q.device)` in forward"),),
+    "MXA140": ((I, "a comment claims a checkable property (dtype, head size, arch, layout, block size) the code does not enforce",
+                "`# only supports head sizes 64 and 128` above code that accepts any head size"),),
+    "MXA141": ((I, "the claim is enforced by the code it describes (raise, assert, switch, padding to the limit)",
+                "`# fp8 kv cache is not supported` above `raise NotImplementedError`"),),
+    "MXA142": ((W, "a comment lists a feature as unsupported while code in the file uses it",
+                "`# does not support: - FancyWrapper` while `FancyWrapper(...)` is called below"),),
+    "MXA201": ((W, "an undeclared difference that can change what a kernel computes or whether it runs: kernel/op call "
+                   "arguments the stack does not explain, dtype/scale/layout/LSE/causal/shape expressions, control flow "
+                   "around a kernel call, a capability hook or supported list the port widens",
+                "`merge_attn_states(out, ctx_out, ctx_lse, ...)` where upstream passes `[x * _LN2 for x in ctx_lse]`"),
+               (I, "a known vendor adaptation, with the reason in the evidence: a keyword dropped because the installed "
+                   "signature lacks it, a swap to the port's own class or op, a field only the port adds, a capability the "
+                   "port answers itself, a list the port narrows, an import from the port's own module, an upstream member "
+                   "the port does not provide, a statement moved within its function; or code on a path the vendor never "
+                   "runs (another platform's branch, a branch under a predicate constant on the vendor platform, a function "
+                   "the port never calls, a case the port rejects up front), with the gate as evidence; or a change that "
+                   "touches no kernel argument, dtype, scale, layout, LSE, causal or shape expression",
+                "`self.compressor = MacaDeepseekCompressor(...)` for upstream's `DeepseekCompressor(...)`: swap to the port's own class")),
+    "MXA202": ((W, "a capability check that is not constant on the vendor platform decides a kernel path, and nothing explains it",
+                "`if current_platform.is_device_capability(90) and ...:` removed from the port's metadata builder"),
+               (I, "the predicate is constant on the vendor platform (its platform file answers it), the port replaced an "
+                   "NVIDIA floor with its own answer, the check is inherited unchanged from upstream, sits on a path the "
+                   "vendor never runs, only its message text differs, or it is declared",
+                "`128 if current_platform.is_device_capability_family(100) else 64` where the platform's "
+                "is_device_capability_family returns False")),
+    "MXA203": ((W, "upstream changed a kernel-relevant line, signature, capability hook or kernel argument after the base "
+                   "release and the port kept the old form (hunks of one function, or one edit missed in several "
+                   "functions, are one finding; the function's port-only differences join it)",
+                "`get_kv_cache_stride_order`: upstream 0.26.0 changed the stride orders, the port keeps 0.25.0's"),
+               (I, "the change is on a path the vendor never runs (a function the port never calls, a branch its platform "
+                   "never takes), touches no kernel argument/dtype/scale/layout/shape, is a non-hook member, or is declared",
+                "`_trtllm_prefill_attn_kvfp8_dequant` changed upstream; the port never calls it")),
+    "MXA204": ((I, "an upstream change between the base and target release that the port took; context for the reviewer",
+                "`mla_attention.py:1078` follows the new `kv_quant_mode=`"),),
+    "MXA205": ((I, "a port file with no upstream counterpart; it is audited on its own",
+                "`vllm_metax/v1/attention/backends/cp_utils.py`"),),
+    "MXA206": ((W, "a port file or its upstream counterpart could not be parsed, so no differences were computed",
+                "upstream counterpart `vllm/v1/attention/backends/x.py` could not be read"),),
+    "MXA210": ((W, "a waiver matches no finding: it is stale and may hide a future finding",
+                "waiver for MXA201 at flashinfer.py `FlashInferImpl.forward` after the function was rewritten"),),
+    "MXA211": ((W, "a waiver is past its expiry date",
+                "`expires: 2026-10-01` on a waiver reviewed 2026-12-01"),),
+    "MXA300": ((I, "an adaptation sits behind a feature the platform switches off; the gate is the evidence",
+                "8 cascade places in flashinfer.py behind `disable_cascade_attn = True`"),),
+    "MXA407": ((E, "an add-on probe measured semantics different from the expected hypothesis",
+                "the h2o probe's scores do not sum to the group size"),),
+    "MXA417": ((W, "an add-on probe could not finish: the target raised, crashed or hung",
+                "h2o probe: target raised RuntimeError (CUDA out of memory)"),),
+    "MXA420": ((I, "the target lacks a control the probe needs; the contract stays unvalidated",
+                "layout probe: `run()` has no kv_layout argument"),),
+    "MXA500": ((E, "a recorded kernel contract is contradicted by its probe on this machine",
+                "component-contracts.md says base-e LSE; the probe measures base 2"),),
+    "MXA501": ((I, "a contract was observed on another kernel version than the one installed",
+                "observed on flashinfer 0.2.5, installed 0.2.6.post1"),),
+    "MXA510": ((E, "an LSE in one log base reaches a merge that assumes the other (all arguments of one call are one finding)",
+                "FlashInfer prefill LSE (base 2) reaches `merge_attn_states(prefix_lse=, suffix_lse=)` (base e) without `* ln 2`"),),
+    "MXA511": ((E, "an LSE reaches its consumer in the other layout",
+                "[tokens, heads] LSE passed where the merge reads [heads, tokens]"),),
+    "MXA512": ((E, "a result is unpacked as if it held the LSE, but the call does not ask for it",
+                "`out, lse = flash_attn_varlen_func(...)` without `return_softmax_lse=True`"),),
+    "MXA513": ((W, "a KV scale is passed as a Python float where the kernel's contract wants a tensor (or the reverse)",
+                "`k_scale=layer._k_scale_float` to a kernel that reads a device tensor"),),
+    "MXA514": ((E, "the K and V scales are swapped at a kernel call",
+                "`run(q, kv, k_scale=layer._v_scale, v_scale=layer._k_scale)`"),),
+}
+for _n, _probe in _PROBES.items():
+    SEVERITY[f"MXA{_n}"] = ((E, f"the {_probe} probe measured semantics other than the expected hypothesis",
+                             _PROBE_EXAMPLES[_probe]),)
+    SEVERITY[f"MXA4{int(_n[1:]) + 10}"] = ((W, f"the {_probe} probe could not finish: the target raised, crashed or hung",
+                                           f"{_probe} probe: the target raised RuntimeError"),)

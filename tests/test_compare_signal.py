@@ -1,0 +1,321 @@
+# Signal before noise: who changed a difference (port-only, drift, inherited), the known vendor
+# adaptations that are info with their reason, one finding per root cause, the declaration forms,
+# moves and aliases, and the first screen of the report. Tiny upstream/base/port trees per test.
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from metax_audit.compare import compare
+from metax_audit.config import AuditConfig
+from metax_audit.findings import make_finding
+from metax_audit.models import (
+    CallableFact,
+    CallSite,
+    Category,
+    Discovery,
+    Finding,
+    Location,
+    ParamFact,
+    Severity,
+    SourceFile,
+    StackFacts,
+    UpstreamInfo,
+)
+from metax_audit.triage import group_per_call, triage
+
+REL = "v1/attention/backends/demo.py"
+# An out-of-tree platform that answers one capability predicate with a constant, as a vendor port does.
+PLATFORM = """\
+class PlatformEnum:
+    OOT = "oot"
+
+
+class VendorPlatform:
+    _enum = PlatformEnum.OOT
+
+    @classmethod
+    def is_device_capability_family(cls, capability, device_id=0):
+        return False
+"""
+
+
+def _write(root: Path, rel: str, src: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(src), encoding="utf-8")
+
+
+def run(tmp_path: Path, upstream: str, port: str, base: str | None = None, platform: bool = True,
+        extra_port: dict[str, str] | None = None) -> tuple[list, list[Finding]]:
+    """(differences, findings) of one compared file; the port package holds the platform and `extra_port`."""
+    port_root, up_root, base_root = tmp_path / "port", tmp_path / "up", tmp_path / "base"
+    _write(port_root, f"vllm_metax/{REL}", port)
+    if platform:
+        _write(port_root, "vllm_metax/platform.py", PLATFORM)
+    for rel, src in (extra_port or {}).items():
+        _write(port_root, f"vllm_metax/{rel}", src)
+    _write(up_root, f"vllm/{REL}", upstream)
+    up = UpstreamInfo("vllm", "0.26.0", "directory:test", up_root)
+    base_info = None
+    if base is not None:
+        _write(base_root, f"vllm/{REL}", base)
+        base_info = UpstreamInfo("vllm", "0.25.0", "directory:base", base_root)
+    disc = Discovery(port_root, "vllm_metax", (SourceFile(f"vllm_metax/{REL}", "", "glob"),), (), (), (), {})
+    comparison, findings = compare(disc, AuditConfig(), up, base_info)
+    (fc,) = comparison.files
+    return list(fc.differences), findings
+
+
+def only(findings: list[Finding], rule: str) -> Finding:
+    (f,) = [f for f in findings if f.rule == rule]
+    return f
+
+
+def info_reason(f: Finding) -> str:
+    return " ".join(e.split(" -- info: ", 1)[1] for e in f.evidence if " -- info: " in e)
+
+
+# ---------------------------------------------------------------- attribution
+
+
+def test_port_only_change_is_attributed_to_the_port(tmp_path: Path) -> None:
+    base = "def f(q):\n    return kernel(q, scale=1)\n\ndef g(q):\n    return q\n"
+    upstream = "def f(q):\n    return kernel(q, scale=1)\n\ndef g(q):\n    return q + 1\n"
+    port = "def f(q):\n    return kernel(q, scale=2)\n\ndef g(q):\n    return q + 1\n\nX = f(1)\n"
+    _, findings = run(tmp_path, upstream, port, base)
+    f = next(f for f in findings if f.rule == "MXA201" and f.location.symbol == "f")
+    assert f.severity is Severity.WARNING
+    assert "attribution: port-only change (differs from both 0.25.0 and 0.26.0)" in f.evidence
+
+
+def test_upstream_change_not_followed_is_drift_and_joins_the_functions_port_only_hunks(tmp_path: Path) -> None:
+    base = "def f(q, k):\n    a = kernel(q, scale=1)\n    b = k\n    return a, b\n"
+    upstream = "def f(q, k):\n    a = kernel(q, scale=2)\n    b = k\n    return a, b\n"
+    port = "def f(q, k):\n    a = kernel(q, scale=1)\n    b = k.view(-1)\n    return a, b\n\nX = f(1, 2)\n"
+    diffs, findings = run(tmp_path, upstream, port, base)
+    assert {d.attribution for d in diffs if d.kind == "upstream-not-followed"} == {"drift"}
+    assert not [f for f in findings if f.rule == "MXA201" and f.location.symbol == "f"]  # merged into f's drift finding
+    f = only(findings, "MXA203")
+    assert "and 1 port-only difference(s) in the same function" in f.message
+    assert any(e.startswith("attribution: drift: the port keeps the 0.25.0 form where upstream 0.26.0 changed it") for e in f.evidence)
+    assert any("[changed]" in e and "k.view(-1)" in e for e in f.evidence)
+
+
+def test_unchanged_capability_check_is_inherited_from_upstream(tmp_path: Path) -> None:
+    src = "def f(dtype):\n    if dtype == 'fp8' and not current_platform.has_device_capability(89):\n        raise ValueError(dtype)\n\nX = f(1)\n"
+    _, findings = run(tmp_path, src, src)
+    f = only(findings, "MXA202")
+    assert "attribution: inherited from upstream 0.26.0, also present there" in f.evidence
+    assert f.severity is Severity.INFO and "inherited unchanged from upstream" in info_reason(f)
+
+
+def test_without_a_base_the_report_says_drift_was_not_separated(tmp_path: Path) -> None:
+    _, findings = run(tmp_path, "def f(q):\n    return kernel(q, scale=1)\n", "def f(q):\n    return kernel(q, scale=2)\n\nX = f(1)\n")
+    f = next(f for f in findings if f.rule == "MXA201" and f.location.symbol == "f")
+    assert "attribution: drift not separated from the port's own changes (no --base)" in f.evidence
+
+
+# ---------------------------------------------------------------- demotions: each reason
+
+
+DEMOTIONS = {
+    "swap to the port's own class": (
+        "def build():\n    return FlashBuilder(block_size=16)\n\nX = build()\n",
+        "class MacaFlashBuilder:\n    pass\n\ndef build():\n    return MacaFlashBuilder(block_size=16)\n\nX = build()\n",
+        "swap to the port's own class or op: FlashBuilder -> MacaFlashBuilder"),
+    "swap to the port's own op": (
+        "def run(q):\n    return torch.ops.vllm.flash_fwd(q)\n\nX = run(1)\n",
+        "direct_register_custom_op(op_name='maca_flash_fwd', op_func=None)\n\ndef run(q):\n    return torch.ops.vllm.maca_flash_fwd(q)\n\nX = run(1)\n",
+        "swap to the port's own class or op: flash_fwd -> maca_flash_fwd"),
+    "field only the port adds": (
+        "class Builder:\n    def __init__(self, cfg):\n        self.cfg = cfg\n",
+        "class Builder:\n    def __init__(self, cfg):\n        self.cfg = cfg\n        self.kv_cache_dtype = cfg.dtype\n",
+        "a field only the port adds"),
+    "capability floor replaced by the vendor's answer": (
+        "class Backend:\n    @classmethod\n    def supports_compute_capability(cls, capability):\n        return capability >= DeviceCapability(8, 0)\n",
+        "class Backend:\n    @classmethod\n    def supports_compute_capability(cls, capability):\n        return True\n",
+        "capability floor replaced by the vendor's answer: return True"),
+    "predicate constant on the vendor platform": (
+        "def pad(q):\n    n = 128 if current_platform.is_device_capability_family(100) else 64\n    return kernel(q, n)\n\nX = pad(1)\n",
+        "def pad(q):\n    n = 128 if current_platform.is_device_capability_family(100) else 64\n    return kernel(q, n)\n\nX = pad(1)\n",
+        "predicate constant on the vendor platform: is_device_capability_family(...) is False: vllm_metax/platform.py:9 "
+        "VendorPlatform.is_device_capability_family returns False"),
+    "path the vendor never runs: a branch another platform takes": (
+        "def run(q):\n    if current_platform.is_rocm():\n        return rocm_kernel(q, scale=2)\n    else:\n        return kernel(q)\n\nX = run(1)\n",
+        "def run(q):\n    return kernel(q)\n\nX = run(1)\n",
+        "the port's code is upstream's as the vendor platform runs it (is_rocm() is False on an out-of-tree platform"),
+    "path the vendor never runs: inside a branch the platform never takes": (
+        "def run(q):\n    if current_platform.is_cuda():\n        q = kernel(q, scale=1)\n    return q\n\nX = run(1)\n",
+        "def run(q):\n    if current_platform.is_cuda():\n        q = kernel(q, scale=2)\n    return q\n\nX = run(1)\n",
+        "a path the vendor never runs: inside `if current_platform.is_cuda()` (never taken there: is_cuda() is False"),
+    "path the vendor never runs: a function the port never calls": (
+        "def _dequant(kv, k_scale):\n    return kv * k_scale\n",
+        "def _dequant(kv, k_scale):\n    return kv / k_scale\n",
+        "a path the vendor never runs: _dequant is never referenced in the port package outside its own definition"),
+    "path the vendor never runs: the port rejects the case up front": (
+        "def run(q, sinks):\n    return kernel(q, sinks=sinks)\n\nX = run(1, 2)\n",
+        "def run(q, sinks):\n    if sinks is not None:\n        raise NotImplementedError('sinks')\n    return kernel(q, sinks=sinks)\n\nX = run(1, 2)\n",
+        "the port rejects this case up front (raise/assert): a path it does not run"),
+    "no kernel argument changes": (
+        "def describe(q):\n    logger.info('using flash')\n    return name_of(q)\n\nX = describe(1)\n",
+        "def describe(q):\n    return title_of(q)\n\nX = describe(1)\n",
+        "no kernel argument, dtype, scale, layout, LSE, causal or shape expression changes"),
+    "capability answered by the port": (
+        "def flash_attn_supports_fp8():\n    return not current_platform.is_xpu() and has_fa3()\n\nX = flash_attn_supports_fp8()\n",
+        "def flash_attn_supports_fp8():\n    return False\n\nX = flash_attn_supports_fp8()\n",
+        "capability replaced by the vendor's answer: flash_attn_supports_fp8 returns False on the port"),
+    "the port narrows a supported list": (
+        "class Backend:\n    supported_kv_cache_dtypes = ['auto', 'bfloat16', 'fp8']\n",
+        "class Backend:\n    supported_kv_cache_dtypes = ['auto', 'bfloat16']\n",
+        "the port narrows the list: the values it drops are refused at backend selection"),
+}
+
+
+@pytest.mark.parametrize(("upstream", "port", "reason"), DEMOTIONS.values(), ids=DEMOTIONS.keys())
+def test_known_vendor_adaptation_is_info_with_its_reason(tmp_path: Path, upstream: str, port: str, reason: str) -> None:
+    _, findings = run(tmp_path, upstream, port)
+    relevant = [f for f in findings if f.rule in {"MXA201", "MXA202", "MXA203"}]
+    assert relevant and all(f.severity is Severity.INFO for f in relevant), [(f.rule, f.severity, f.evidence) for f in relevant]
+    assert any(reason in info_reason(f) for f in relevant), [info_reason(f) for f in relevant]
+
+
+def test_kernel_argument_change_stays_a_warning(tmp_path: Path) -> None:
+    _, findings = run(tmp_path, "def run(q, lse):\n    return merge_attn_states(q, [x * LN2 for x in lse])\n\nX = run(1, 2)\n",
+                      "def run(q, lse):\n    return merge_attn_states(q, lse)\n\nX = run(1, 2)\n")
+    f = only(findings, "MXA201")
+    assert f.severity is Severity.WARNING
+    assert any(e.endswith("-- may change what a kernel computes or whether it runs") for e in f.evidence)
+
+
+def test_without_a_platform_file_other_platform_branches_are_not_assumed_dead(tmp_path: Path) -> None:
+    _, findings = run(tmp_path, "def run(q):\n    if current_platform.is_cuda():\n        q = kernel(q, scale=1)\n    return q\n\nX = run(1)\n",
+                      "def run(q):\n    if current_platform.is_cuda():\n        q = kernel(q, scale=2)\n    return q\n\nX = run(1)\n", platform=False)
+    assert only(findings, "MXA201").severity is Severity.WARNING
+
+
+def test_a_method_upstream_code_calls_through_the_subclass_is_not_never_called(tmp_path: Path) -> None:
+    upstream = "class Attn(Base):\n    def _insert(self, kv, k_scale):\n        return kv * k_scale\n\n    def forward(self, kv):\n        return self._insert(kv, 1)\n"
+    port = "class Attn(Base):\n    def _insert(self, kv, k_scale):\n        return kv / k_scale\n\n    def forward(self, kv):\n        return self._insert(kv, 1)\n"
+    _, findings = run(tmp_path, upstream, port.replace("    def forward(self, kv):\n        return self._insert(kv, 1)\n", ""))
+    f = next(f for f in findings if f.rule == "MXA201" and f.location.symbol == "Attn._insert")
+    assert f.severity is Severity.WARNING  # upstream's forward, inherited through Base, may call the override
+
+
+def test_dropped_keyword_the_installed_kernel_lacks_is_info_with_the_signature() -> None:
+    evidence = ("vllm_metax/x.py:10 [argument-commented-out] argument(s) wrapper.plan:fixed_split_size commented out: upstream: ... "
+                "-- may change what a kernel computes or whether it runs",)
+    f = make_finding("MXA201", Location("vllm_metax/x.py", 10, "f"), "argument-commented-out in f", evidence)
+    call = CallSite(Location("vllm_metax/x.py", 11), "f", "wrapper.plan", "fi.Wrapper.plan", "external")
+    params = (ParamFact("self", "POSITIONAL_OR_KEYWORD"), ParamFact("indptr", "POSITIONAL_OR_KEYWORD"))
+    facts = StackFacts("py", "t", "h", {"fi.Wrapper.plan": CallableFact("fi.Wrapper.plan", "ok", "import", "(self, indptr)", params)})
+    (got,) = triage([f], [call], facts)
+    assert got.severity is Severity.INFO
+    assert "info: keyword(s) fixed_split_size dropped because the installed fi.Wrapper.plan has no such parameter ((self, indptr))" in got.evidence[0]
+    # The same change against a kernel that has the keyword stays a warning.
+    params_kw = (*params, ParamFact("fixed_split_size", "KEYWORD_ONLY", "None"))
+    facts_kw = StackFacts("py", "t", "h", {"fi.Wrapper.plan": CallableFact("fi.Wrapper.plan", "ok", "import", "(...)", params_kw)})
+    assert triage([f], [call], facts_kw)[0].severity is Severity.WARNING
+
+
+# ---------------------------------------------------------------- one finding per root cause
+
+
+def test_hunks_of_one_function_are_one_finding_with_a_line_each(tmp_path: Path) -> None:
+    upstream = "def run(q, k):\n    a = kernel(q, scale=1)\n    b = 2\n    c = other(k, window=3)\n    return a, b, c\n\nX = run(1, 2)\n"
+    port = "def run(q, k):\n    a = kernel(q, scale=5)\n    b = 2\n    c = other(k, window=4)\n    return a, b, c\n\nX = run(1, 2)\n"
+    _, findings = run(tmp_path, upstream, port)
+    f = only(findings, "MXA201")
+    assert "2 undeclared differences in run" in f.message
+    assert [e.split(" [")[0] for e in f.evidence if " [changed] " in e] == [f"vllm_metax/{REL}:2", f"vllm_metax/{REL}:4"]
+
+
+def test_two_findings_of_one_call_are_one_finding_with_both_in_its_evidence() -> None:
+    loc = "vllm_metax/fi.py"
+    def lse(line: int, symbol: str, message: str, evidence: str) -> Finding:
+        return Finding("MXA510", Category.LSE, Severity.ERROR, Location(loc, line, symbol), message, (evidence,))
+
+    a = lse(327, "Wrapper.run:prefix_lse", "prefix_lse is base 2, merge expects base e", "producer a")
+    b = lse(327, "Wrapper.run:suffix_lse", "suffix_lse is base 2, merge expects base e", "producer b")
+    other = lse(400, "Wrapper.run:lse", "another call", "producer c")
+    got = group_per_call([a, b, other])
+    assert len(got) == 2
+    merged = got[0]
+    assert merged.severity is Severity.ERROR and merged.location.symbol == "Wrapper.run"
+    assert merged.message.startswith("2 findings at one call: prefix_lse") and "suffix_lse" in merged.message
+    assert "producer a" in merged.evidence and "producer b" in merged.evidence
+
+
+def test_the_same_upstream_edit_missed_in_several_functions_is_one_drift_finding(tmp_path: Path) -> None:
+    body = "    idx = convert_index(meta.req_id_per_token{}, topk_indices, block_size=64)\n    return kernel(idx)\n"
+    base = "".join(f"def {n}(meta, topk_indices):\n" + body.format("") + "\n" for n in ("a", "b", "c"))
+    upstream = "".join(f"def {n}(meta, topk_indices):\n" + body.format("[:topk_indices.shape[0]]") + "\n" for n in ("a", "b", "c"))
+    _, findings = run(tmp_path, upstream, base + "X = a(1, 2), b(1, 2), c(1, 2)\n", base + "X = a(1, 2), b(1, 2), c(1, 2)\n")
+    f = only(findings, "MXA203")
+    assert "3 upstream changes not followed in 3 functions (a, b, c)" in f.message
+
+
+def test_imports_from_one_kernel_package_are_one_finding(tmp_path: Path) -> None:
+    upstream = "from vllm.third_party.mla import mla_decode, mla_meta\n\ndef f(q):\n    return mla_decode(mla_meta(q))\n\nX = f(1)\n"
+    port = "import mla_vendor\nfrom mla_vendor.interface import mla_decode, mla_meta\n\ndef f(q):\n    return mla_decode(mla_meta(q))\n\nX = f(1)\n"
+    _, findings = run(tmp_path, upstream, port)
+    f = only(findings, "MXA201")
+    assert sum(" [vendor-kernel-import] " in e for e in f.evidence) == 2 and f.severity is Severity.WARNING
+
+
+# ---------------------------------------------------------------- declarations, moves, aliases
+
+
+DECLARED = {
+    "fenced block": "def run(q):\n    # /---- Metax Modification ----\\\n    # vendor kernel wants scale 2\n    a = kernel(q, scale=2)\n    # \\---- Metax Modification ----/\n    return a\n",
+    "marker line directly above": "def run(q):\n    # Metax Modification: vendor kernel wants scale 2\n    a = kernel(q, scale=2)\n    return a\n",
+    "vendor comment directly above": "def run(q):\n    # the vendor kernel wants scale 2\n    a = kernel(q, scale=2)\n    return a\n",
+    "trailing marker": "def run(q):\n    a = kernel(q, scale=2)  # [metax] vendor kernel wants scale 2\n    return a\n",
+    "marker inside the statement": "def run(q):\n    a = kernel(\n        q,\n        # Metax: the vendor kernel wants scale 2\n        scale=2,\n    )\n    return a\n",
+    "vendor-named note inside the statement": "def run(q):\n    a = kernel(\n        q,\n        # Note: maca's kernel wants scale 2\n        scale=2,\n    )\n    return a\n",
+}
+
+
+@pytest.mark.parametrize("port", DECLARED.values(), ids=DECLARED.keys())
+def test_each_declaration_form_declares_the_change(tmp_path: Path, port: str) -> None:
+    diffs, findings = run(tmp_path, "def run(q):\n    a = kernel(q, scale=1)\n    return a\n\nX = run(1)\n", port + "\nX = run(1)\n")
+    assert [d.declared for d in diffs if d.kind == "call-changed" or d.kind == "changed"] == [True]
+    assert not [f for f in findings if f.rule == "MXA201"]
+
+
+NOT_DECLARED = {
+    "commented-out argument": "def run(q):\n    a = kernel(\n        q,\n        # scale=1,\n    )\n    return a\n",
+    "comment copied from upstream": "def run(q):\n    # upstream's own note\n    a = kernel(q, scale=2)\n    return a\n",
+}
+
+
+@pytest.mark.parametrize("port", NOT_DECLARED.values(), ids=NOT_DECLARED.keys())
+def test_what_does_not_declare_a_change(tmp_path: Path, port: str) -> None:
+    upstream = "def run(q):\n    # upstream's own note\n    a = kernel(q, scale=1)\n    return a\n\nX = run(1)\n"
+    diffs, _ = run(tmp_path, upstream, port + "\nX = run(1)\n")
+    assert [d.declared for d in diffs if d.kind not in {"cosmetic"}] == [False]
+
+
+def test_statement_moved_within_its_function_is_not_dropped(tmp_path: Path) -> None:
+    upstream = "def run(q, k):\n    a = prepare(q)\n    b = other(k)\n    c = third(k)\n    return kernel(a, b, c)\n\nX = run(1, 2)\n"
+    port = "def run(q, k):\n    b = other(k)\n    c = third(k)\n    a = prepare(q)\n    return kernel(a, b, c)\n\nX = run(1, 2)\n"
+    diffs, findings = run(tmp_path, upstream, port)
+    assert [d.kind for d in diffs] == ["moved"] and "upstream line 2 is at port line 4" in diffs[0].detail
+    assert only(findings, "MXA201").severity is Severity.INFO
+
+
+def test_alias_of_the_same_upstream_object_is_not_a_port_definition(tmp_path: Path) -> None:
+    upstream = "from vllm._custom_ops import reshape_cache\n\ndef f(q):\n    return reshape_cache(q)\n\nX = f(1)\n"
+    port = "from vllm import _custom_ops as ops\n\nreshape_cache = ops.reshape_cache\n\ndef f(q):\n    return reshape_cache(q)\n\nX = f(1)\n"
+    diffs, findings = run(tmp_path, upstream, port)
+    assert not [f for f in findings if f.rule == "MXA201" and f.severity is Severity.WARNING]
+    assert not [d for d in diffs if d.kind == "changed"]
+
+
+def test_importing_upstreams_own_function_is_not_a_removal(tmp_path: Path) -> None:
+    upstream = "def helper(q):\n    return q\n\ndef f(q):\n    return helper(q)\n\nX = f(1)\n"
+    port = "from vllm.v1.attention.backends.demo import helper\n\ndef f(q):\n    return helper(q)\n\nX = f(1)\n"
+    diffs, _ = run(tmp_path, upstream, port)
+    assert not [d for d in diffs if d.kind == "removed"]
