@@ -70,6 +70,9 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "`plan(..., **kwargs)` forwards `kv_data_type` to the module's plan"),),
     "MXA120": ((E, "the port imports a name the installed kernel package does not provide: ImportError",
                 "`from flashinfer.decode import _gone`"),),
+    "MXA122": ((E, "the port imports a module or name its provider (the port snapshot or the upstream release) does not define: "
+                   "ImportError when the module loads, or when the function with the lazy import runs",
+                "`from vllm.v1.attention.backends.utils import get_kv_cache_layout` after upstream removed it"),),
     "MXA121": ((I, "an import could not be checked because the kernel package is not importable here",
                 "`from flash_mla import flash_mla_with_kvcache` with flash_mla absent on the audit machine"),),
     "MXA130": ((W, "a host synchronisation (.item(), .cpu(), .tolist()) on a path the backend declares capturable",

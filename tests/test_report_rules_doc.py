@@ -41,8 +41,9 @@ def test_every_rule_says_what_makes_each_severity_with_an_example():
 
     text = rules_doc.render_rules_markdown()
     for rule in rules_doc.load_all_rules().values():
-        entries = SEVERITY[rule.id]
-        assert rule.severity.value in {sev for sev, _, _ in entries}, f"{rule.id}: no entry for its default severity"
+        entries = SEVERITY.get(rule.id, ())
+        assert rule.severity.value in {sev for sev, _, _ in entries}, (
+            f"{rule.id}: add what makes it {rule.severity.value} (and an example) to metax_audit/severity_doc.py")
         for sev, when, example in entries:
             assert sev in {"error", "warning", "info"} and when and example
             assert f"- **{sev}** when {when}. Example: {example}." in text
