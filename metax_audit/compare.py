@@ -365,6 +365,7 @@ def compare(
             file_env = replace(env, base_state="side")
         base_side = _load(base_file, cp.upstream_path or "", config, port_side=False) if base_file is not None else None
         port_names = _port_names(port, config.port_package)
+        file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, src.path))
         diffs = list(_compare_pair(port, up, cp, base_side, in_scope, file_env, port_names))
         drift: list[Difference] = []
         if base_side is not None:
@@ -768,7 +769,8 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
             continue  # the port imports or aliases upstream's own function: the same object, not a removal
         else:
             anchor = _anchor(ctx, qual)
-            yield _member(ctx, ctx.removal("removed", anchor, qual, f"upstream {qual}{_sig(ufn)} is absent from the port", ufn.lineno))
+            removal = ctx.removal("removed", anchor, qual, f"upstream {qual}{_sig(ufn)} is absent from the port", ufn.lineno)
+            yield _member(ctx, replace(removal, note=_base_behaviour(ctx, ufn)))
     for qual, pfn in port.funcs.items():
         owner = qual.rsplit(".", 1)[0] if "." in qual else ""
         if qual in up.funcs or (owner and owner not in up.classes):
@@ -845,6 +847,22 @@ def _text_pairs(a: str, b: str) -> list[tuple[str, str]]:
     ta, tb = re.findall(r"\w+|[^\w\s]+", a), re.findall(r"\w+|[^\w\s]+", b)
     return [(" ".join(ta[i1:i2]), " ".join(tb[j1:j2]))
             for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if op != "equal"]
+
+
+def _base_behaviour(ctx: _Ctx, ufn: ast.AST) -> str:
+    """Upstream's override, as the vendor platform runs it, only calls the base class's method with the same
+    arguments: the port inherits the same behaviour by not overriding it."""
+    if not isinstance(ufn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return ""
+    body, used = fold(_body(ufn), ctx.platform)
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+        return ""
+    call = body[0].value
+    params = [a.arg for a in ufn.args.args[1:]]
+    if _callee(call) != f"super().{ufn.name}" or [ast.unparse(a) for a in call.args] != params or call.keywords:
+        return ""
+    why = f" ({'; '.join(sorted(set(used)))})" if used else ""
+    return f"upstream's override only calls the base class on the vendor platform{why}: the port inherits the same behaviour"
 
 
 def _is_logger(stmt: ast.stmt) -> bool:
@@ -985,7 +1003,7 @@ def _kept_base(u: list[_Tok], p: list[_Tok], bkeys: set[str]) -> bool:
 
 
 def _port_gate(ctx: _Ctx, qual: str, span: tuple[int, int]) -> str:
-    fn = ctx.port.funcs.get(qual)
+    fn = ctx.port.tree if qual == "<module>" else ctx.port.funcs.get(qual)
     if fn is None or not span[0]:
         return ""
     gate = enclosing_gate(fn, span, ctx.platform)
@@ -1014,7 +1032,8 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
     dead = ctx.never_called(qual) if qual != "<module>" else ""
     if dead:
         return f"a path the vendor never runs: {dead}"
-    gate = _port_gate(ctx, qual, span) if p else ""
+    # A hunk the port dropped sits between two port statements: a dead branch holding both holds it.
+    gate = _port_gate(ctx, qual, span if p else (span[0] - 1, span[1]))
     if gate:
         return gate
     if u and not p:
@@ -1504,9 +1523,9 @@ def _same_edit(groups: list[list[Difference]]) -> list[list[Difference]]:
     out: list[list[Difference]] = []
     by_edit: dict[str, list[Difference]] = {}
     for group in groups:
-        edits = {m.group(1) for d in group if not d.declared for m in [_EDIT.search(d.detail)] if m}
+        edits = {m.group(1) for d in group if not d.declared and not d.note for m in [_EDIT.search(d.detail)] if m}
         # A backend's KV-cache shape and stride order describe one layout (the order permutes the shape).
-        edits |= {f"kv-cache layout of {d.symbol.rsplit('.', 1)[0]}" for d in group if not d.declared
+        edits |= {f"kv-cache layout of {d.symbol.rsplit('.', 1)[0]}" for d in group if not d.declared and not d.note
                   and d.symbol.rsplit(".", 1)[-1] in _KV_LAYOUT_HOOKS}
         target = next((by_edit[e] for e in sorted(edits) if e in by_edit), None)
         if target is not None:
@@ -1522,50 +1541,63 @@ def _severity(group: list[Difference]) -> Severity:
     return Severity.INFO if all(d.note or d.declared for d in group) else Severity.WARNING
 
 
+_RULE_OF = {"upstream-not-followed": R_DRIFT, "arch-check": R_ARCH}
+_WHAT = {R_DRIFT: "upstream changes not followed", R_ARCH: "capability checks", R_UNDECLARED: "undeclared differences"}
+
+
 def _comparison_findings(diffs: list[Difference], drift: list[Difference], cp: FileCounterpart, env: _Env) -> Iterator[Finding]:
-    """One finding per root cause: the hunks of one function are one finding per rule, and a function's
-    undeclared differences join its drift finding when upstream also changed it."""
-    undeclared = [d for d in diffs if not d.declared and d.kind not in {"cosmetic", "upstream-followed", "upstream-not-followed", "arch-check"}]
-    arch = [d for d in diffs if d.kind == "arch-check"]
-    drift_groups = _same_edit(_grouped(d for d in drift if d.kind == "upstream-not-followed"))
-    drift_symbols = {d.symbol for g in drift_groups if not g[0].declared for d in g}
-    joined: dict[str, list[Difference]] = {}
-    for group in _grouped(undeclared):
-        if group[0].symbol in drift_symbols and not group[0].detail.endswith(_ABSENT):
-            joined[group[0].symbol] = group
-            continue
-        lead, head = _summary(group, "undeclared differences")
-        message = head + f"{lead.kind}: {lead.detail}" if head.endswith(": ") else f"{lead.kind} in {lead.symbol}: {head or lead.detail}"
-        evidence = [f"port {lead.path}:{lead.line}" if lead.line else f"port {lead.path}",
-                    f"upstream {cp.upstream_path}:{lead.upstream_line}" if lead.upstream_line else f"upstream {cp.upstream_path}",
-                    *(_hunk_line(d) for d in group), _attribution(group, env),
-                    "no Metax Modification block or comment in or directly above"]
-        yield make_finding(R_UNDECLARED, Location(lead.path, lead.line, lead.symbol), _short(message, 700),
-                           [e for e in evidence if e], severity=_severity(group))
-    for group in _grouped(arch):
-        lead, head = _summary(group, "capability checks")
-        message = f"{lead.symbol}: " + (head + lead.detail if head else lead.detail)
-        evidence = [f"port {lead.path}:{lead.line}", f"upstream {cp.upstream_path}:{lead.upstream_line}" if lead.upstream_line else f"upstream {cp.upstream_path}",
-                    *(_hunk_line(d) for d in group), _attribution(group, env),
-                    f"declared: {lead.reason}" if lead.declared else "not declared"]
-        yield make_finding(R_ARCH, Location(lead.path, lead.line, lead.symbol), _short(message, 700), [e for e in evidence if e],
-                           severity=_severity(group))
+    """One finding per root cause: the undeclared hunks of one function (differences, capability checks and
+    upstream changes not followed) are one finding, reported under the rule of its most consequential hunk;
+    one upstream edit missed in several functions is one finding. Declared checks and drift stand alone."""
+    undeclared = [d for d in diffs if not d.declared and d.kind not in {"cosmetic", "upstream-followed", "upstream-not-followed"}]
+    not_followed = [d for d in drift if d.kind == "upstream-not-followed"]
+    for group in _same_edit(_grouped(undeclared + [d for d in not_followed if not d.declared])):
+        yield _unit_finding(group, cp, env)
     versions = f"{env.base or '?'} -> {env.target or '?'}"
-    for group in drift_groups:
-        extra = [d for sym in sorted({d.symbol for d in group}) for d in joined.pop(sym, [])] if not group[0].declared else []
-        lead, head = _summary(group, "upstream changes not followed")
-        message = f"{lead.symbol}: " + (head + lead.detail if head else lead.detail)
-        if extra:
-            message += f" (and {len(extra)} port-only difference(s) in the same function)"
-        evidence = [f"upstream {cp.upstream_path}:{lead.upstream_line} ({versions})", f"port {lead.path}:{lead.line}" if lead.line else f"port {lead.path}",
-                    *(_hunk_line(d) for d in group), *(_hunk_line(d) for d in extra), _attribution(group + extra, env),
-                    f"declared: {lead.reason}" if lead.declared else "not declared"]
-        sev = Severity.INFO if lead.declared else _severity(group + extra)
-        yield make_finding(R_DRIFT, Location(lead.path, lead.line, lead.symbol), _short(message, 700), [e for e in evidence if e], severity=sev)
+    for d in [d for d in diffs if d.kind == "arch-check" and d.declared] + [d for d in not_followed if d.declared]:
+        rule_id = _RULE_OF[d.kind]
+        where = (f"upstream {cp.upstream_path}:{d.upstream_line} ({versions})" if rule_id == R_DRIFT
+                 else f"upstream {cp.upstream_path}:{d.upstream_line}" if d.upstream_line else f"upstream {cp.upstream_path}")
+        yield make_finding(rule_id, Location(d.path, d.line, d.symbol), _short(f"{d.symbol}: {d.detail}", 700),
+                           [where, f"port {d.path}:{d.line}", _hunk_line(d), f"declared: {d.reason}"], severity=Severity.INFO)
     for group in _grouped(d for d in drift if d.kind == "upstream-followed"):
         lead, head = _summary(group, "upstream changes followed")
         yield make_finding(R_DRIFT_TAKEN, Location(lead.path, lead.line, lead.symbol), _short(head + lead.detail if head else lead.detail, 700),
                            [f"upstream {cp.upstream_path}:{lead.upstream_line} ({versions})", *(_hunk_line(d) for d in group)])
+
+
+def _unit_finding(group: list[Difference], cp: FileCounterpart, env: _Env) -> Finding:
+    """The finding for one function's undeclared hunks (or one missed edit, or members dropped at one place)."""
+    pool = [d for d in group if not d.note] or group
+    rule_id = next((r for r in (R_DRIFT, R_ARCH) if any(_RULE_OF.get(d.kind) == r for d in pool)), R_UNDECLARED)
+    main = [d for d in group if _RULE_OF.get(d.kind, R_UNDECLARED) == rule_id]
+    others = [d for d in group if d not in main]
+    lead = next((d for d in main if not d.note), main[0])
+    ordered = [lead, *(d for d in main if d is not lead)]
+    _, head = _summary(ordered, _WHAT[rule_id])
+    if rule_id == R_UNDECLARED:
+        if head and not head.endswith(": "):  # members dropped at one place
+            lead = replace(lead, symbol=_absent_symbol(group))
+        message = head + f"{lead.kind}: {lead.detail}" if head.endswith(": ") else f"{lead.kind} in {lead.symbol}: {head or lead.detail}"
+    else:
+        message = f"{lead.symbol}: " + (head + lead.detail if head else lead.detail)
+    port_only = sum(d.kind not in _RULE_OF for d in others)
+    checks = sum(d.kind == "arch-check" for d in others)
+    drifted = sum(d.kind == "upstream-not-followed" for d in others)
+    tail = [f"{port_only} port-only difference(s)"] * bool(port_only) + [f"{checks} capability check(s)"] * bool(checks) + [
+        f"{drifted} upstream change(s) not followed"] * bool(drifted)
+    if tail:
+        message += f" (and {', '.join(tail)} in the same function)"
+    versions = f"{env.base or '?'} -> {env.target or '?'}"
+    up_where = f"upstream {cp.upstream_path}:{lead.upstream_line}" if lead.upstream_line else f"upstream {cp.upstream_path}"
+    evidence = [f"{up_where} ({versions})" if rule_id == R_DRIFT and lead.upstream_line else up_where,
+                f"port {lead.path}:{lead.line}" if lead.line else f"port {lead.path}",
+                *(_hunk_line(d) for d in [*ordered, *others]), _attribution(group, env),
+                "not declared: no vendor marker or comment in or directly above"]
+    # What it is about, without line numbers or counts: the function (or the dropped members, the kernel package).
+    about = "fn:" + ",".join(sorted({d.symbol for d in group}))
+    return make_finding(rule_id, Location(lead.path, lead.line, lead.symbol), _short(message, 700),
+                        [e for e in evidence if e], severity=_severity(group), key=about)
 
 
 # ---------------------------------------------------------------- small helpers

@@ -38,10 +38,30 @@ class VendorPlatform:
     """What the port's platform answers without a device: predicate name -> (value, evidence)."""
 
     answers: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    # Functions of the compared port file that return a constant (`return True, None`), by bare name.
+    returns: dict[str, tuple[object, str]] = field(default_factory=dict)
 
     def value(self, call: ast.Call) -> tuple[bool, str] | None:
         name = _callee(call).rsplit(".", 1)[-1]
-        return self.answers.get(name)
+        if name in self.answers:
+            return self.answers[name]
+        found = self.returns.get(_callee(call))
+        return (found[0], found[1]) if found is not None and isinstance(found[0], bool) else None
+
+    def with_file(self, tree: ast.Module, path: str) -> VendorPlatform:
+        """These answers plus the module-level functions of `path` that return a constant."""
+        returns: dict[str, tuple[object, str]] = {}
+        for fn in tree.body:
+            if not isinstance(fn, ast.FunctionDef) or fn.args.args or fn.args.vararg or fn.args.kwarg:
+                continue
+            body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+                try:
+                    value = ast.literal_eval(body[0].value)
+                except ValueError:
+                    continue
+                returns[fn.name] = (value, f"{path}:{fn.lineno} {fn.name}() returns {value!r}")
+        return VendorPlatform(self.answers, returns) if returns else self
 
 
 def read_vendor_platform(root: Path, platform_path: str) -> VendorPlatform:
@@ -78,6 +98,11 @@ def constant(expr: ast.AST, platform: VendorPlatform) -> tuple[bool, str] | None
     """The value of a condition on the vendor platform when the platform's answers decide it."""
     if isinstance(expr, ast.Call):
         return platform.value(expr)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Call) and isinstance(expr.slice, ast.Constant):
+        found = platform.returns.get(_callee(expr.value))
+        if found is not None and isinstance(found[0], tuple) and isinstance(expr.slice.value, int) \
+                and -len(found[0]) <= expr.slice.value < len(found[0]) and isinstance(found[0][expr.slice.value], bool):
+            return found[0][expr.slice.value], found[1]
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
         inner = constant(expr.operand, platform)
         return (not inner[0], inner[1]) if inner else None

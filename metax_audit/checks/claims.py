@@ -52,7 +52,7 @@ _CHECKABLE = (
     ("dtype", re.compile(r"\b(?:k?v?_?cache_?dtype|dtypes?|fp8\w*|fp4|nvfp4|bf16|bfloat16|fp16|float16|float32|half|int8|uint8|"
                          r"int4|e4m3|e5m2|quantiz\w*)\b", re.IGNORECASE)),
     ("head size", re.compile(r"\bhead[ _-]?(?:size|dim)s?\b|\bh_q\b|\bnum[_ ]heads\b", re.IGNORECASE)),
-    ("arch", re.compile(r"\b(?:sm_?\d+\w*|hopper|blackwell|ampere|capability|arch\w*|cuda|rocm|maca|gpu)\b", re.IGNORECASE)),
+    ("arch", re.compile(r"\b(?:sm_?\d+\w*|hopper|blackwell|ampere|ada|volta|turing|compute capability|capability)\b", re.IGNORECASE)),
     ("layout", re.compile(r"\b(?:(?:non-)?contiguous|layout|nhd|hnd|stride\w*|transpos\w*|permut\w*)\b", re.IGNORECASE)),
     ("block size", re.compile(r"\b(?:block|page)[ _-]?sizes?\b|\bpage_size\b|\bblock_size\b", re.IGNORECASE)),
 )
