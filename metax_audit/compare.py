@@ -1487,6 +1487,8 @@ def _summary(group: list[Difference], what: str) -> tuple[Difference, str]:
             d.detail.removeprefix("upstream ").removesuffix(" is absent from the port").removesuffix(" has no port counterpart") for d in group)
     symbols = sorted({d.symbol for d in group})
     where = lead.symbol if len(symbols) == 1 else f"{len(symbols)} functions ({', '.join(symbols)})"
+    if all(d.kind.endswith("-import") for d in group):
+        what, where = "import statements", f"{lead.path} from one kernel package"
     return lead, f"{len(group)} {what} in {where}; at line {lead.line}: "
 
 

@@ -314,10 +314,14 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
 
-    from metax_audit.triage import triage
+    from metax_audit.triage import Counterparts, triage
 
     # One finding per root cause, and the differences the installed stack explains, before the inventory.
-    st.run.findings = triage(st.run.findings, trace.calls, facts)
+    counterparts = None
+    if comparison is not None and upstream is not None and upstream.root is not None:
+        counterparts = Counterparts(st.snap.root, upstream.root, upstream.version or "?",
+                                    {f.path: f.upstream_path for f in comparison.files if f.upstream_path})
+    st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts)
     from metax_audit.inventory import build_report
 
     report = build_report(

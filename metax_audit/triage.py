@@ -2,11 +2,14 @@
 # one finding with every consequence in its evidence) and the demotions only the installed stack can prove.
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from metax_audit.models import CallSite, Finding, Severity, StackFacts
+from metax_audit.pysource import read_source_cached
 
 # Evidence lines compare writes per hunk: "<path>:<line> [<kind>] <detail> -- <verdict>".
 MAY_CHANGE = "-- may change what a kernel computes or whether it runs"
@@ -17,10 +20,12 @@ _CALL_DELTA = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<args>[+-]\w+(?:, [+-]\w+)
 _PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
 
 
-def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None) -> list[Finding]:
-    """Demote the differences the installed stack explains, then merge findings of one call or flow."""
+def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None,
+           counterparts: Counterparts | None = None) -> list[Finding]:
+    """Demote the differences the installed stack explains, merge findings of one call or flow, and say
+    which findings are about a statement the port inherited unchanged from upstream."""
     out = [_signature_demotion(f, calls, facts) for f in findings]
-    return group_per_call(out)
+    return label_inherited(group_per_call(out), counterparts)
 
 
 # ---------------------------------------------------------------- the installed signature explains it
@@ -113,3 +118,74 @@ def _merge(group: list[Finding]) -> Finding:
         evidence.append(f"({i}) {f.message}")
         evidence.extend(e for e in f.evidence if e not in evidence)
     return replace(first, location=replace(first.location, symbol=symbol), message=message, evidence=tuple(evidence))
+
+
+# ---------------------------------------------------------------- inherited from upstream
+
+
+# Rules about one statement of the port: when that statement is upstream's, the finding is inherited.
+_STATEMENT_RULE = re.compile(r"^MXA1[0-4]\d$")
+
+
+@dataclass(frozen=True)
+class Counterparts:
+    """Where each compared port file's upstream counterpart is, to tell inherited statements from the port's."""
+
+    port_root: Path
+    upstream_root: Path
+    version: str
+    files: dict[str, str]  # port path -> upstream path
+
+    def inherited(self, path: str, line: int) -> str:
+        """Evidence that the statement at path:line is upstream's own, or ""."""
+        up_path = self.files.get(path)
+        if not up_path or not line:
+            return ""
+        stmt = _statement_text(self.port_root, path, line)
+        up_text = _normalized(self.upstream_root, up_path)
+        if len(stmt) < 12 or up_text is None or stmt not in up_text[0]:
+            return ""
+        up_line = up_text[1][up_text[0].index(stmt)]
+        return f"attribution: inherited from upstream {self.version}, also present there ({up_path}:{up_line})"
+
+
+def label_inherited(findings: Sequence[Finding], counterparts: Counterparts | None) -> list[Finding]:
+    if counterparts is None:
+        return list(findings)
+    out = []
+    for f in findings:
+        why = counterparts.inherited(f.location.path, f.location.line) if _STATEMENT_RULE.match(f.rule) else ""
+        out.append(replace(f, evidence=(*f.evidence, why)) if why and why not in f.evidence else f)
+    return out
+
+
+def _statement_text(root: Path, path: str, line: int) -> str:
+    """The whitespace-normalized source of the innermost statement holding `line`."""
+    src = read_source_cached((root / path).parent, Path(path).name, 5_000_000)
+    if src.tree is None or src.text is None:
+        return ""
+    compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
+    holding = [n for n in ast.walk(src.tree) if isinstance(n, ast.stmt) and not isinstance(n, compound)
+               and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    best = max(holding, key=lambda n: n.lineno, default=None)
+    if best is None:
+        return ""
+    lines = src.text.splitlines()[best.lineno - 1 : best.end_lineno]
+    return " ".join(" ".join(lines).split())
+
+
+def _normalized(root: Path, path: str) -> tuple[str, list[int]] | None:
+    """The file's text with whitespace runs collapsed, and the source line of every character."""
+    src = read_source_cached((root / path).parent, Path(path).name, 5_000_000)
+    if src.text is None:
+        return None
+    chars: list[str] = []
+    lines: list[int] = []
+    for n, text in enumerate(src.text.splitlines(), 1):
+        for word in text.split():
+            if chars:
+                chars.append(" ")
+                lines.append(n)
+            chars.append(word)
+            lines.extend([n] * len(word))
+    return "".join(chars), lines

@@ -319,3 +319,18 @@ def test_importing_upstreams_own_function_is_not_a_removal(tmp_path: Path) -> No
     port = "from vllm.v1.attention.backends.demo import helper\n\ndef f(q):\n    return helper(q)\n\nX = f(1)\n"
     diffs, _ = run(tmp_path, upstream, port)
     assert not [d for d in diffs if d.kind == "removed"]
+
+
+def test_a_check_finding_on_a_statement_upstream_also_has_is_labelled_inherited(tmp_path: Path) -> None:
+    from metax_audit.triage import Counterparts, label_inherited
+
+    _write(tmp_path / "port", "vllm_metax/fi.py", "def f(q):\n    w = Wrapper(q, backend='auto')\n    v = Wrapper(q, mine=1)\n")
+    _write(tmp_path / "up", "vllm/fi.py", "def f(q):\n    w = Wrapper(q,\n                backend='auto')\n")
+    cp = Counterparts(tmp_path / "port", tmp_path / "up", "0.26.0", {"vllm_metax/fi.py": "vllm/fi.py"})
+    inherited = Finding("MXA101", Category.SIGNATURE, Severity.ERROR, Location("vllm_metax/fi.py", 2, "f"), "Wrapper(..., backend=...)",
+                        ("installed: Wrapper(q)",))
+    own = Finding("MXA101", Category.SIGNATURE, Severity.ERROR, Location("vllm_metax/fi.py", 3, "f"), "Wrapper(..., mine=...)",
+                  ("installed: Wrapper(q)",))
+    got = label_inherited([inherited, own], cp)
+    assert got[0].evidence[-1] == "attribution: inherited from upstream 0.26.0, also present there (vllm/fi.py:2)"
+    assert got[1].evidence == own.evidence
