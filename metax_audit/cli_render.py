@@ -54,7 +54,8 @@ def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
     if shown:
         _plain(f"warnings ({len(screen.warnings)}), most consequential first:")
         for f in shown:
-            _plain(f"  {one_line(f, 160)}")
+            where = f"{f.location.path}:{f.location.line}" if f.location.line else f.location.path
+            _plain(f"  {where} {f.rule} {' '.join(f.message.split())[:160]}")
     for u in screen.untouched:
         _plain(f"  untouched by the last sync: {untouched_line(u)}")
     summary = next((p for p in written if p.name == "summary.md"), written[0] if written else None)

@@ -1,0 +1,62 @@
+# The first screen of summary.md and the terminal: verdict, one line per error, what is new (only when
+# the review has a baseline), warnings ranked by consequence, files the last sync did not touch.
+from __future__ import annotations
+
+from dataclasses import replace
+
+import report_factory as rf
+
+from metax_audit.models import BaselineState, Category, Finding, Location, Severity
+from metax_audit.report.first_screen import first_screen
+from metax_audit.report.markdown import render_summary
+
+FI = "vllm_metax/v1/attention/backends/flashinfer.py"
+KERNEL = "-- may change what a kernel computes or whether it runs"
+
+
+def _f(rule: str, cat: Category, sev: Severity, path: str, line: int, msg: str, *evidence: str) -> Finding:
+    return Finding(rule, cat, sev, Location(path, line, "f"), msg, tuple(evidence))
+
+
+FINDINGS = [
+    _f("MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING, "vllm_metax/a.py", 10, "one kernel hunk", f"a.py:10 [changed] x {KERNEL}"),
+    _f("MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING, "vllm_metax/a.py", 20, "two kernel hunks",
+       f"a.py:20 [changed] x {KERNEL}", f"a.py:21 [changed] y {KERNEL}"),
+    _f("MXA001", Category.COVERAGE, Severity.ERROR, FI, 327, "invalid syntax (line 327)"),
+    _f("MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING, "vllm_metax/b.py", 5, "upstream changed stride order"),
+    _f("MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING, FI, 400, "drift in a file the sync left"),
+    _f("MXA204", Category.UPSTREAM_DRIFT, Severity.INFO, "vllm_metax/b.py", 9, "followed"),
+    _f("MXA140", Category.CLAIM, Severity.INFO, "vllm_metax/a.py", 1, "claim"),
+]
+
+
+def test_first_screen_orders_errors_then_warnings_by_consequence_and_folds_untouched_files() -> None:
+    screen = first_screen(rf.make_report(findings=FINDINGS))
+    assert screen.verdict == "FAIL: 1 error break on the target stack; 4 warnings to review"
+    assert [f.rule for f in screen.errors] == ["MXA001"]
+    assert screen.new is None  # no baseline: no "new" section
+    # drift before differences; among differences, more kernel hunks first; the untouched file's warning is folded
+    assert [(f.location.path, f.location.line) for f in screen.warnings] == [
+        ("vllm_metax/b.py", 5), ("vllm_metax/a.py", 20), ("vllm_metax/a.py", 10)]
+    assert [(u.path, u.not_followed, u.warnings) for u in screen.untouched] == [(FI, 1, 1)]
+
+
+def test_summary_opens_with_the_first_screen() -> None:
+    text = render_summary(rf.make_report(findings=FINDINGS))
+    head = text.splitlines()[:20]
+    assert head[2] == "**FAIL: 1 error break on the target stack; 4 warnings to review**"
+    assert head[4] == "### Errors (1)"
+    assert head[6] == f"1. `{FI}:327` `MXA001` file in scope could not be parsed: invalid syntax (line 327)"
+    assert "### Warnings (3; 1 more in the files the last sync did not touch), most consequential first" in head
+    assert any(line.startswith(f"- [`{FI}`](files/") and "followed none" in line for line in head)
+
+
+def test_new_findings_have_their_own_section_when_a_baseline_is_present() -> None:
+    marked = [replace(FINDINGS[0], baseline=BaselineState.NEW), *(replace(f, baseline=BaselineState.UNCHANGED) for f in FINDINGS[1:])]
+    screen = first_screen(rf.make_report(findings=marked))
+    assert [f.location.line for f in screen.new or ()] == [10]
+    assert "### New in this change (1)" in render_summary(rf.make_report(findings=marked))
+
+
+def test_a_clean_review_passes() -> None:
+    assert first_screen(rf.make_report(findings=[FINDINGS[-1]])).verdict == "PASS: no error and no warning"
