@@ -55,7 +55,7 @@ def test_new_findings_have_their_own_section_when_a_baseline_is_present() -> Non
     marked = [replace(FINDINGS[0], baseline=BaselineState.NEW), *(replace(f, baseline=BaselineState.UNCHANGED) for f in FINDINGS[1:])]
     screen = first_screen(rf.make_report(findings=marked))
     assert [f.location.line for f in screen.new or ()] == [10]
-    assert "### New in this change (1)" in render_summary(rf.make_report(findings=marked))
+    assert "### New (1; details under \"New in this change\" below)" in render_summary(rf.make_report(findings=marked))
 
 
 def test_a_clean_review_passes() -> None:

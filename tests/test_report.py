@@ -231,7 +231,9 @@ def test_markdown_escapes_html_and_table_pipes(tmp_path):
     assert "| \\<module\\> |" in page
     assert "kv\\_layout \\| 'HND'" in page
     summary = (tmp_path / "summary.md").read_text()
-    assert summary.startswith("# metax-audit review\n\n**6 files, 2 backends, findings: 2 error, 1 warning, 3 info (1 waived), 3.4 s**")
+    # The first screen opens the summary (verdict, errors, warnings); the totals line follows it.
+    assert summary.startswith("# metax-audit review\n\n**FAIL: 2 errors break on the target stack; 1 warning to review**")
+    assert "\n**6 files, 2 backends, findings: 2 error, 1 warning, 3 info (1 waived), 3.4 s**\n" in summary
     assert "| coverage | 1 | 0 | 1 | 0 |" in summary
 
 
