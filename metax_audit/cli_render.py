@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from metax_audit.models import AuditReport, ProbeResult
+from metax_audit.models import AuditReport, Finding, ProbeResult, Severity
 from metax_audit.report.text import visible
 
 _console = Console()
@@ -26,7 +26,7 @@ def _safe(text: str) -> str:
 def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
     """The first screen: verdict, errors (one line each), what is new, the warnings by consequence, the
     files the last sync left behind, then where to read the rest."""
-    from metax_audit.report.first_screen import first_screen, one_line, untouched_line
+    from metax_audit.report.first_screen import first_screen, untouched_line, what_why, where
 
     snap = report.snapshot
     _console.print(f"[bold]metax-audit review[/bold] {snap.mode} {_safe(snap.label)} "
@@ -42,29 +42,37 @@ def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
         b = report.baseline_info
         _plain(f"against {b['rev']} {(b['commit'] or '')[:12]}: {b['new']} new, {b['changed']} changed, "
                f"{b['unchanged']} unchanged, {b['fixed']} fixed")
+    def line(f: Finding, limit: int = 200) -> str:
+        text = what_why(f, limit) if f.severity is Severity.ERROR else " ".join(f.message.split())[:limit]
+        return f"  {_mark(f)}{f.severity.value:7} {f.rule} {where(f)} {text}"
+
     _plain(f"errors ({len(screen.errors)}):" if screen.errors else "errors: none")
     for f in screen.errors:
-        _plain(f"  {one_line(f)}")
+        _plain(line(f))
     if screen.new is not None:
-        _plain(f"new in this change ({len(screen.new)}):")
-        for f in screen.new[:TERMINAL_WARNINGS]:
-            mark = f.baseline.value.upper() if f.baseline else "NEW"
-            _plain(f"  {mark:9} {f.severity.value:7} {one_line(f)}")
+        news = [f for f in screen.new if f.severity is not Severity.ERROR]  # new errors are marked above
+        _plain(f"new in this change ({len(screen.new)}{', errors above' if len(news) < len(screen.new) else ''}):")
+        for f in news[:TERMINAL_WARNINGS]:
+            _plain(line(f))
     shown = screen.warnings[:TERMINAL_WARNINGS]
     if shown:
         _plain(f"warnings ({len(screen.warnings)}), most consequential first:")
         for f in shown:
-            where = f"{f.location.path}:{f.location.line}" if f.location.line else f.location.path
-            _plain(f"  {where} {f.rule} {' '.join(f.message.split())[:160]}")
+            _plain(line(f, 160))
     for u in screen.untouched:
         _plain(f"  untouched by the last sync: {untouched_line(u)}")
     summary = next((p for p in written if p.name == "summary.md"), written[0] if written else None)
     more = len(screen.warnings) - len(shown)
-    where = f"read {summary}" if summary else "write reports with --format md to read them"
-    _plain(f"{more} more warning{'s' * (more != 1)} and {screen.infos} info: {where}" if more else f"{screen.infos} info: {where}")
+    read = f"read {summary}" if summary else "write reports with --format md to read them"
+    _plain(f"{more} more warning{'s' * (more != 1)} and {screen.infos} info: {read}" if more else f"{screen.infos} info: {read}")
 
 
 TERMINAL_WARNINGS = 10
+
+
+def _mark(f: Finding) -> str:
+    """NEW / CHANGED against the baseline, or nothing."""
+    return f"{f.baseline.value.upper():9} " if f.baseline is not None and f.baseline.is_new else ""
 
 
 def _plain(text: str) -> None:

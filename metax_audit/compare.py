@@ -690,7 +690,9 @@ def _removed_imports(ctx: _Ctx) -> Iterator[Difference]:
         umods = ", ".join(sorted({m for _, m in items}))
         if kind == "changed":
             line = min(bound[n] for n, _ in items)
-            yield ctx.removal(kind, line, names, f"the port defines {names} itself instead of importing it from {umods}", uline)
+            d = ctx.removal(kind, line, names, f"the port defines {names} itself instead of importing it from {umods}", uline)
+            own = sorted({aliases[n] for n, _ in items if aliases.get(n, "").startswith(ctx.cp.path.split("/")[0] + ".")})
+            yield replace(d, note=f"swap to the port's own op: {', '.join(own)}") if own and len(own) == len(items) else d
         elif kind == "cosmetic":
             yield ctx.removal(kind, 0, names, f"upstream imports {names} from {umods}; the port neither imports nor uses them", uline)
         else:
@@ -812,7 +814,7 @@ def _member(ctx: _Ctx, d: Difference) -> Difference:
     elif d.kind == "vendor-kernel-import" and "upstream imports from" not in d.detail:
         note = ("a new import from the kernel package, no upstream import replaced: the import check verifies it resolves "
                 "and its uses are compared where they are")
-    elif d.kind == "vendor-kernel-import" and d.detail.split(" from ", 1)[-1].startswith(ctx.cp.path.split("/")[0] + "."):
+    elif d.kind == "vendor-kernel-import" and d.detail.split(" from ", 1)[-1].startswith((ctx.cp.path.split("/")[0] + ".", ".")):
         note = "swap to the port's own module: " + d.detail.split(" (", 1)[0]
     elif d.kind in {"removed", "class-attribute"} and d.detail.endswith(_ABSENT) and not CAPABILITY_HOOK.match(short):
         note = "an upstream member the port does not provide (not a capability hook the framework calls)"
@@ -823,8 +825,10 @@ def _member(ctx: _Ctx, d: Difference) -> Difference:
         note = "the port rejects this path (its body only raises): a path it does not run"
     elif d.kind == "class-attribute" and "port drops" in d.detail and "port adds" not in d.detail:
         note = "the port narrows the list: the values it drops are refused at backend selection"
-    elif d.kind == "signature-changed" and not kernel_relevant([d.detail]):
-        note = NOT_KERNEL
+    elif d.kind == "signature-changed":
+        fn = ctx.port.funcs.get(d.symbol)
+        binds = _callers_bind(ctx, fn, "." in d.symbol) if fn is not None else ""
+        note = binds or ("" if kernel_relevant([d.detail]) else NOT_KERNEL)
     elif d.kind == "changed" and d.detail.startswith("the port defines"):
         note = ""
     elif d.kind in {"class-attribute", "changed"} and " / port " in d.detail:
@@ -863,6 +867,27 @@ def _base_behaviour(ctx: _Ctx, ufn: ast.AST) -> str:
         return ""
     why = f" ({'; '.join(sorted(set(used)))})" if used else ""
     return f"upstream's override only calls the base class on the vendor platform{why}: the port inherits the same behaviour"
+
+
+def _callers_bind(ctx: _Ctx, fn: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> str:
+    """Every call of the function in the port file binds to the port's own signature: the change is
+    consistent with its callers (the calls themselves are compared where they are)."""
+    args = fn.args
+    params = [a.arg for a in args.posonlyargs + args.args][int(method):]  # a method's self is bound already
+    required = set(params[: len(params) - len(args.defaults)]) | {
+        a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None}
+    names = set(params) | {a.arg for a in args.kwonlyargs}
+    calls = [c for c in ast.walk(ctx.port.tree) if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] == fn.name]
+    for call in calls:
+        keywords = [k.arg for k in call.keywords]
+        if any(isinstance(a, ast.Starred) for a in call.args) or None in keywords:
+            return ""  # *args/**kwargs at the call: cannot tell statically
+        if len(call.args) > len(params) and not args.vararg:
+            return ""
+        unknown = set(keywords) - names if not args.kwarg else set()
+        if unknown or required - set(params[: len(call.args)]) - set(keywords):
+            return ""
+    return f"every port call of {fn.name} ({len(calls)}) binds to the port's signature" if calls else ""
 
 
 def _is_logger(stmt: ast.stmt) -> bool:

@@ -172,7 +172,8 @@ def only_fields(nodes: Iterable[ast.AST]) -> bool:
         if not isinstance(n, ast.Assign | ast.AnnAssign):
             return False
         targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-        if not all(isinstance(t, ast.Attribute | ast.Name) for t in targets):
+        # A field is an attribute of an object (`self.x = ...`, `metadata.x = ...`); a local variable may pick the kernel.
+        if not all(isinstance(t, ast.Attribute) for t in targets):
             return False
     return True
 
@@ -243,4 +244,6 @@ def kernel_call_changed(un: list[ast.AST], pn: list[ast.AST]) -> str:
     for callee in sorted(set(uc) & set(pc)):
         if uc[callee] != pc[callee]:
             return callee
+    if uc and pc and set(uc) != set(pc):  # a different kernel is called
+        return sorted(set(uc) ^ set(pc))[0]
     return ""

@@ -37,13 +37,16 @@ def test_staged_regression_is_new_first_and_gates_with_new_only(demo_repo: Path,
     assert lines[0].split()[:3] == ["NEW", "error", "MXA510"]  # the first finding line is the staged bug
     data = json.loads((tmp_path / "a" / "report.json").read_text())
     states = [f["status"] for f in data["findings"]]
-    assert states[0] == "new" and "unchanged" in states
+    # The staged hunk joins its function's existing MXA201 finding (one finding per function), which is then
+    # "changed"; the staged MXA510 is "new". Both gate like new and come first.
+    assert states[0] in ("new", "changed") and "new" in states and "unchanged" in states
     assert states == sorted(states, key=lambda s: s not in ("new", "changed"))  # new ones first
     assert data["baseline"]["rev"] == "HEAD" and data["baseline"]["new"] == states.count("new")
     assert all(f["status"] == "fixed" for f in data["fixed"])
     sarif = json.loads((tmp_path / "a" / "report.sarif").read_text())
     results = sarif["runs"][0]["results"]
-    assert results[0]["baselineState"] == "new" and {r["baselineState"] for r in results} <= {"new", "updated", "unchanged"}
+    assert results[0]["baselineState"] in ("new", "updated") and {r["baselineState"] for r in results} <= {"new", "updated", "unchanged"}
+    assert "new" in {r["baselineState"] for r in results}
     assert all("metaxAuditFindingId/v2" in r["partialFingerprints"] for r in results)
     summary = (tmp_path / "a" / "summary.md").read_text()
     assert "## New in this change (against `HEAD`" in summary and "NEW **error** `MXA510`" in summary

@@ -334,3 +334,22 @@ def test_a_check_finding_on_a_statement_upstream_also_has_is_labelled_inherited(
     got = label_inherited([inherited, own], cp)
     assert got[0].evidence[-1] == "attribution: inherited from upstream 0.26.0, also present there (vllm/fi.py:2)"
     assert got[1].evidence == own.evidence
+
+
+def test_signature_change_every_port_caller_binds_to_is_info(tmp_path: Path) -> None:
+    upstream = "def plan(self, indptr, head_dim, page_size=16):\n    return kernel(indptr, head_dim)\n\nX = plan(w, 1, 2)\n"
+    port = ("def plan(self, indptr, seq_lens, head_dim, page_size=16):\n    return kernel(indptr, head_dim)\n\n"
+            "X = plan(w, indptr=1, seq_lens=3, head_dim=2)\n")
+    _, findings = run(tmp_path, upstream, port)
+    f = next(f for f in findings if f.location.symbol == "plan")
+    assert f.severity is Severity.INFO and "every port call of plan (1) binds to the port's signature" in info_reason(f)
+    # A caller that still follows the old signature keeps it a warning.
+    _, findings = run(tmp_path / "old", upstream, port.replace("X = plan(w, indptr=1, seq_lens=3, head_dim=2)", "X = plan(w, 1, 2)"))
+    assert next(f for f in findings if f.location.symbol == "plan").severity is Severity.WARNING
+
+
+def test_a_local_variable_choosing_the_kernel_is_not_a_field(tmp_path: Path) -> None:
+    upstream = "def fwd(kv, q):\n    return gather_cache(kv, q)\n\nX = fwd(1, 2)\n"
+    port = "def fwd(kv, q):\n    gather = gather_cache if q else plain_gather_cache\n    return gather(kv, q)\n\nX = fwd(1, 2)\n"
+    _, findings = run(tmp_path, upstream, port)
+    assert next(f for f in findings if f.location.symbol == "fwd").severity is Severity.WARNING

@@ -74,14 +74,20 @@ def _rank(f: Finding) -> tuple[int, int, int, str, int]:
     return (-f.severity.rank, _CATEGORY_RANK.get(f.category, 99), -kernel_hunks, f.location.path, f.location.line)
 
 
-def one_line(f: Finding, limit: int = 220) -> str:
-    """file:line, what breaks (the rule's title), why (the finding's message), cut to one line."""
-    where = f"{f.location.path}:{f.location.line}" if f.location.line else f.location.path
+def where(f: Finding) -> str:
+    return f"{f.location.path}:{f.location.line}" if f.location.line else f.location.path
+
+
+def what_why(f: Finding, limit: int = 220) -> str:
+    """What breaks (the rule's title) and why (the finding's message), cut to one line."""
     title = RULES[f.rule].title if f.rule in RULES else f.rule
     text = " ".join(f"{title}: {f.message}".split())
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return f"{where} {f.rule} {text}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(f: Finding, limit: int = 220) -> str:
+    """file:line, rule, what breaks and why."""
+    return f"{where(f)} {f.rule} {what_why(f, limit)}"
 
 
 def untouched_line(u: Untouched) -> str:
