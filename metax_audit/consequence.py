@@ -40,6 +40,15 @@ class VendorPlatform:
     answers: dict[str, tuple[bool, str]] = field(default_factory=dict)
     # Functions of the compared port file that return a constant (`return True, None`), by bare name.
     returns: dict[str, tuple[object, str]] = field(default_factory=dict)
+    # The KV-cache dtypes the port file's backends list as supported (empty: unknown), and where.
+    kv_dtypes: frozenset[str] = frozenset()
+    kv_dtypes_at: str = ""
+
+    def kv_dtype_excluded(self, values: list[str]) -> str:
+        """Evidence that none of `values` is a KV-cache dtype the port supports, or ""."""
+        if not self.kv_dtypes or not values or any(v in self.kv_dtypes for v in values):
+            return ""
+        return f"the port's supported_kv_cache_dtypes ({', '.join(sorted(self.kv_dtypes))}) at {self.kv_dtypes_at} exclude {', '.join(values)}"
 
     def value(self, call: ast.Call) -> tuple[bool, str] | None:
         name = _callee(call).rsplit(".", 1)[-1]
@@ -61,7 +70,18 @@ class VendorPlatform:
                 except ValueError:
                     continue
                 returns[fn.name] = (value, f"{path}:{fn.lineno} {fn.name}() returns {value!r}")
-        return VendorPlatform(self.answers, returns) if returns else self
+        dtypes: set[str] = set()
+        where = ""
+        for node in ast.walk(tree):
+            target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+            if isinstance(target, ast.Name) and target.id == "supported_kv_cache_dtypes" and isinstance(
+                    getattr(node, "value", None), ast.List | ast.Tuple | ast.Set):
+                found = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]  # type: ignore[union-attr]
+                if len(found) != len(node.value.elts):  # type: ignore[union-attr]
+                    return VendorPlatform(self.answers, returns)  # a computed entry: the list is not known
+                dtypes.update(found)
+                where = where or f"{path}:{node.lineno}"
+        return VendorPlatform(self.answers, returns, frozenset(dtypes), where)
 
 
 def read_vendor_platform(root: Path, platform_path: str) -> VendorPlatform:
@@ -96,6 +116,9 @@ def read_vendor_platform(root: Path, platform_path: str) -> VendorPlatform:
 
 def constant(expr: ast.AST, platform: VendorPlatform) -> tuple[bool, str] | None:
     """The value of a condition on the vendor platform when the platform's answers decide it."""
+    dtype = _kv_dtype_test(expr, platform)
+    if dtype is not None:
+        return dtype
     if isinstance(expr, ast.Call):
         return platform.value(expr)
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Call) and isinstance(expr.slice, ast.Constant):
@@ -115,6 +138,37 @@ def constant(expr: ast.AST, platform: VendorPlatform) -> tuple[bool, str] | None
         if all(k is not None for k in known):
             return (not decisive), "; ".join(k[1] for k in known if k)
     return None
+
+
+def _kv_dtype_test(expr: ast.AST, platform: VendorPlatform) -> tuple[bool, str] | None:
+    """`kv_cache_dtype == "nvfp4"`, `... in ("fp8", ...)`, `kv_cache_dtype.startswith("fp8")` against the port's
+    supported list: a dtype the port never accepts makes the test constant."""
+    if not platform.kv_dtypes:
+        return None
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and _names_kv_dtype(expr.left):
+        right, op = expr.comparators[0], expr.ops[0]
+        values = [right.value] if isinstance(right, ast.Constant) and isinstance(right.value, str) else [
+            e.value for e in getattr(right, "elts", []) if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(values) != (1 if isinstance(right, ast.Constant) else len(getattr(right, "elts", []) or [None])):
+            return None
+        why = platform.kv_dtype_excluded(values)
+        if why and isinstance(op, ast.Eq | ast.In):
+            return False, why
+        if why and isinstance(op, ast.NotEq | ast.NotIn):
+            return True, why
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "startswith" \
+            and _names_kv_dtype(expr.func.value) and expr.args and isinstance(expr.args[0], ast.Constant):
+        prefix = expr.args[0].value
+        if isinstance(prefix, str) and not any(d.startswith(prefix) for d in platform.kv_dtypes):
+            return False, platform.kv_dtype_excluded([f"{prefix}*"])
+    return None
+
+
+def _names_kv_dtype(node: ast.AST) -> bool:
+    try:
+        return ast.unparse(node).endswith("kv_cache_dtype")
+    except Exception:  # pragma: no cover - unparse of a parsed tree does not fail
+        return False
 
 
 def gate_of(stmts: Iterable[ast.AST], platform: VendorPlatform) -> str:

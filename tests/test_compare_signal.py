@@ -353,3 +353,13 @@ def test_a_local_variable_choosing_the_kernel_is_not_a_field(tmp_path: Path) -> 
     port = "def fwd(kv, q):\n    gather = gather_cache if q else plain_gather_cache\n    return gather(kv, q)\n\nX = fwd(1, 2)\n"
     _, findings = run(tmp_path, upstream, port)
     assert next(f for f in findings if f.location.symbol == "fwd").severity is Severity.WARNING
+
+
+def test_a_branch_for_a_kv_cache_dtype_the_port_does_not_support_never_runs(tmp_path: Path) -> None:
+    upstream = ("class Backend:\n    supported_kv_cache_dtypes = ['auto', 'fp8']\n\n"
+                "def fwd(q, kv_cache_dtype):\n    if kv_cache_dtype.startswith('fp8'):\n        q = quant(q, scale=1)\n    return kernel(q)\n\nX = fwd(1, 2)\n")
+    port = upstream.replace("['auto', 'fp8']", "['auto', 'bfloat16']").replace("scale=1", "scale=2")
+    _, findings = run(tmp_path, upstream, port)
+    f = next(f for f in findings if f.location.symbol == "fwd")
+    assert f.severity is Severity.INFO
+    assert "supported_kv_cache_dtypes (auto, bfloat16)" in info_reason(f) and "exclude fp8*" in info_reason(f)
