@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import hashlib
 import keyword
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -212,30 +213,45 @@ class _Env:
 
 
 class _PortRefs:
-    """Whole-word references to a name anywhere in the port package (read lazily, once)."""
+    """Whole-word references to a name anywhere in the port package (read lazily, once): an index of
+    which files name which identifiers, and the lines for the files that do."""
 
     def __init__(self, root: Path, package: str) -> None:
         self._dir = root / package.replace(".", "/")
-        self._texts: list[tuple[str, str]] | None = None
+        self._texts: dict[str, str] | None = None
+        self._index: dict[str, set[str]] = {}
         self._cache: dict[tuple[str, str, int, int], list[tuple[str, int]]] = {}
+
+    def _load(self) -> dict[str, str]:
+        if self._texts is None:
+            self._texts = {}
+            for f in sorted(self._dir.rglob("*.py")) if self._dir.is_dir() else []:
+                try:
+                    rel = f.relative_to(self._dir.parent).as_posix()
+                    self._texts[rel] = f.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError, ValueError):
+                    continue
+                for ident in set(re.findall(r"[A-Za-z_]\w*", self._texts[rel])):
+                    self._index.setdefault(ident, set()).add(rel)
+        return self._texts
+
+    def files_naming(self, name: str) -> frozenset[str]:
+        """The port files whose text names `name` (anywhere: code, strings, comments)."""
+        self._load()
+        return frozenset(self._index.get(name, ()))
 
     def uses(self, name: str, path: str, first: int, last: int) -> list[tuple[str, int]] | None:
         """Where `name` occurs in the port package outside lines first..last of `path` (its own definition);
         None when there is no port package to search."""
         key = (name, path, first, last)
         if key not in self._cache:
-            if self._texts is None:
-                self._texts = []
-                for f in sorted(self._dir.rglob("*.py")) if self._dir.is_dir() else []:
-                    try:
-                        self._texts.append((f.relative_to(self._dir.parent).as_posix(), f.read_text(encoding="utf-8")))
-                    except (OSError, UnicodeDecodeError, ValueError):
-                        continue
-            if not self._texts:
+            texts = self._load()
+            if not texts:
                 return None
             pattern = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
             found: list[tuple[str, int]] = []
-            for rel, text in self._texts:
+            for rel in sorted(self._index.get(name, ())):
+                text = texts[rel]
                 for m in pattern.finditer(text):
                     line = text.count("\n", 0, m.start()) + 1
                     if not (rel == path and first <= line <= last):
@@ -244,6 +260,28 @@ class _PortRefs:
                             break
             self._cache[key] = found
         return self._cache[key]
+
+
+def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str]) -> dict[str, str]:
+    """What each file's comparison reads besides the file itself, as a digest per file: the platform file
+    (the vendor's fixed answers) and which other port files name the functions the file defines (code the
+    port never calls is judged from them). The per-file result cache keys on it."""
+    platform = root / config.platform_path
+    try:
+        base = hashlib.sha1(platform.read_bytes() if platform.is_file() else b"-")
+    except OSError:
+        base = hashlib.sha1(b"?")
+    refs = _PortRefs(root, config.port_package)
+    out: dict[str, str] = {}
+    for path in paths:
+        h = base.copy()
+        src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
+        names = sorted({n.name for n in ast.walk(src.tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}) \
+            if src.tree is not None else []
+        for name in names:
+            h.update(f"{name}:{sorted(refs.files_naming(name) - {path})};".encode())
+        out[path] = h.hexdigest()[:16]
+    return out
 
 
 def _default_env() -> _Env:

@@ -199,7 +199,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     """compare.compare, with each file's result kept under a key of its bytes, its registrations,
     the scope, the config, the upstream and base releases and the tool: a one-file change compares
     one file. Returns the comparison, its findings and how many files were compared now."""
-    from metax_audit.compare import compare, module_of
+    from metax_audit.compare import compare, compare_dependencies, module_of
 
     scope = frozenset(module_of(f.path) for f in discovery.files)
     common = [sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base)]
@@ -207,8 +207,10 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     for r in discovery.registrations:
         for path in {r.location.path, r.resolved_path or ""}:
             regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
+    # A file's comparison also reads the platform file and where other port files name its functions.
+    deps = compare_dependencies(discovery.root, config, [f.path for f in discovery.files]) if use_cache else {}
     keys = {f.path: key("compare-file", f.path, file_digest(discovery.root / f.path), f.parse_error, sorted(regs.get(f.path, [])),
-                        common, _port_imports(discovery.root, f.path, config.port_package))
+                        deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, config.port_package))
             for f in discovery.files} if use_cache else {}
     hits: dict[str, Any] = {}
     for path, entry in keys.items():

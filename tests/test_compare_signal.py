@@ -363,3 +363,21 @@ def test_a_branch_for_a_kv_cache_dtype_the_port_does_not_support_never_runs(tmp_
     f = next(f for f in findings if f.location.symbol == "fwd")
     assert f.severity is Severity.INFO
     assert "supported_kv_cache_dtypes (auto, bfloat16)" in info_reason(f) and "exclude fp8*" in info_reason(f)
+
+
+def test_the_cache_key_of_a_comparison_covers_the_platform_and_callers_in_other_files(tmp_path: Path) -> None:
+    from metax_audit.compare import compare_dependencies
+
+    root = tmp_path / "port"
+    _write(root, f"vllm_metax/{REL}", "def _dequant(kv):\n    return kv\n")
+    _write(root, "vllm_metax/platform.py", PLATFORM)
+    _write(root, "vllm_metax/other.py", "x = 1\n")
+    config = AuditConfig()
+    first = compare_dependencies(root, config, [f"vllm_metax/{REL}"])
+    _write(root, "vllm_metax/other.py", "x = 1\n")
+    assert compare_dependencies(root, config, [f"vllm_metax/{REL}"]) == first
+    _write(root, "vllm_metax/other.py", "from .v1.attention.backends.demo import _dequant\n")  # now it is called
+    second = compare_dependencies(root, config, [f"vllm_metax/{REL}"])
+    assert second != first
+    _write(root, "vllm_metax/platform.py", PLATFORM.replace("return False", "return True"))
+    assert compare_dependencies(root, config, [f"vllm_metax/{REL}"]) != second
