@@ -73,11 +73,13 @@ class VendorPlatform:
         dtypes: set[str] = set()
         where = ""
         for node in ast.walk(tree):
-            target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
-            if isinstance(target, ast.Name) and target.id == "supported_kv_cache_dtypes" and isinstance(
-                    getattr(node, "value", None), ast.List | ast.Tuple | ast.Set):
-                found = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]  # type: ignore[union-attr]
-                if len(found) != len(node.value.elts):  # type: ignore[union-attr]
+            if not isinstance(node, ast.Assign | ast.AnnAssign):
+                continue
+            target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
+            value = node.value
+            if isinstance(target, ast.Name) and target.id == "supported_kv_cache_dtypes" and isinstance(value, ast.List | ast.Tuple | ast.Set):
+                found = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                if len(found) != len(value.elts):
                     return VendorPlatform(self.answers, returns)  # a computed entry: the list is not known
                 dtypes.update(found)
                 where = where or f"{path}:{node.lineno}"
