@@ -84,6 +84,9 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA122": ((E, "the port imports a module or name its provider (the port snapshot or the upstream release) does not define: "
                    "ImportError when the module loads, or when the function with the lazy import runs",
                 "`from vllm.v1.attention.backends.utils import get_kv_cache_layout` after upstream removed it"),),
+    "MXA123": ((E, "a name imported only under `if TYPE_CHECKING:` is evaluated at runtime (code or an eager annotation): "
+                   "NameError when the module is imported or the code runs",
+                "`def plan(self, spec: KVCacheSpec) -> None` without `from __future__ import annotations`, KVCacheSpec imported for typing only"),),
     "MXA121": ((I, "an import could not be checked because the kernel package is not importable here",
                 "`from flash_mla import flash_mla_with_kvcache` with flash_mla absent on the audit machine"),),
     "MXA125": ((E, "an attribute read on self, a class or super() that no class in its MRO defines: AttributeError when it runs",
