@@ -132,10 +132,6 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
     )
     out.append("")
 
-    narrowed = [s.note for s in report.stages if s.name == "config" and s.note]
-    if narrowed:
-        out.append("> **" + _inline(narrowed[0]) + "**")
-        out.append("")
     not_run = [s for s in report.stages if not s.ran]
     if not_run:
         out.append("> **Stages that did not run:** " + "; ".join(f"{s.name}" + (f" ({_inline(s.note)})" if s.note else "") for s in not_run))
@@ -248,6 +244,10 @@ def _first_screen(report: AuditReport, link: Linker, page_link: Callable[[str], 
     """Verdict, each error on one line, what is new, the warnings by consequence, the files the last sync left."""
     screen = first_screen(report)
     out = [f"**{_md(screen.verdict)}**", ""]
+    # A config that narrows the review qualifies the verdict: it stands right under it.
+    narrowed = [s.note for s in report.stages if s.name == "config" and s.note]
+    if narrowed:
+        out += ["> **" + _inline(narrowed[0]) + "**", ""]
 
     def item(f: Finding) -> str:
         """An error says what breaks (its rule) and why; a warning says what differs."""
