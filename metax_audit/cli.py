@@ -201,6 +201,7 @@ def trace(
     repo: RepoOpt = None,
     upstream: UpstreamOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="text | json")] = "text",
+    config: Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port).")] = None,
 ) -> None:
     """Print the traced chain of one backend: registration -> builder -> impl -> wrapper -> kernel."""
     from metax_audit.commands import trace_only
@@ -208,7 +209,7 @@ def trace(
     mode = _mode(staged, worktree, rev)
     _not_empty(upstream=upstream)
     with _Guard():
-        chains = trace_only(mode=mode, repo=repo, rev=rev, upstream=upstream, backend=backend)
+        chains = trace_only(mode=mode, repo=repo, rev=rev, upstream=upstream, backend=backend, config=config)
     from metax_audit.render_trace import chain_to_dict, chain_tree
 
     if fmt == "json":

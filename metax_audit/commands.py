@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def _traced(mode: SnapshotMode | None, repo: Path | None, rev: str | None, upstream: str | None
+def _traced(mode: SnapshotMode | None, repo: Path | None, rev: str | None, upstream: str | None,
+            config_file: Path | None = None,
             ) -> Iterator[tuple[SnapshotInfo, AuditConfig, Discovery, TraceResult, UpstreamInfo | None]]:
     """snapshot -> discover -> trace, as the review does them, for the commands that need only a trace
     (`trace`, `evidence --capture-stack`); the snapshot lives while the block runs."""
@@ -35,9 +36,9 @@ def _traced(mode: SnapshotMode | None, repo: Path | None, rev: str | None, upstr
 
     if mode is None:
         mode, rev, _ = snapshot_mod.default_mode(repo)
-    package = port_package_hint(repo, mode, None)
+    package = port_package_hint(repo, mode, config_file)
     with snapshot_mod.snapshot(mode, repo, rev, package=package, only=static_export(package)) as snap:
-        config = load_config(snap.root)
+        config = load_config(snap.root, config_file)
         discovery = discover_mod.discover(snap.root, config)
         up = None
         if upstream:
@@ -48,9 +49,9 @@ def _traced(mode: SnapshotMode | None, repo: Path | None, rev: str | None, upstr
 
 
 def trace_only(*, mode: SnapshotMode | None, repo: Path | None, rev: str | None, upstream: str | None,
-               backend: str) -> list[BackendChain]:
+               backend: str, config: Path | None = None) -> list[BackendChain]:
     """`metax-audit trace`: the chains asked for (a backend name, a class name, or "all")."""
-    with _traced(mode, repo, rev, upstream) as (_, _, _, result, _):
+    with _traced(mode, repo, rev, upstream, config) as (_, _, _, result, _):
         pass
     if backend.lower() == "all":
         chains = list(result.backends)

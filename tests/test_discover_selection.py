@@ -217,3 +217,21 @@ def test_register_backend_in_a_loop_over_an_enum_keyed_map(tmp_path: Path) -> No
     assert got == [("FLASH_ATTN", "FastBackend", 4, True), ("TRITON_ATTN", "SlowBackend", 5, True),
                    ("TREE_ATTN", "Missing", 12, False)]
     assert [f.rule for f in registration_findings(d)] == ["MXA010"]  # the dangling entry, not the loop
+
+
+def test_trace_takes_the_config_file_of_a_port_that_has_none(tmp_path: Path) -> None:
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from metax_audit.cli import app
+
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURE / "port", repo)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    r = CliRunner().invoke(app, ["trace", "NpuSparseMLABackend", "--staged", "--repo", str(repo),
+                                 "--config", str(FIXTURE / "metax-audit.yaml")])
+    assert r.exit_code == 0, r.output
+    assert "selected when" in r.output and "attn_selector_config.use_sparse" in r.output
+    assert "vllm_npu/platform.py" in r.output
