@@ -25,7 +25,7 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
     """Demote the differences the installed stack explains, merge findings of one call or flow, and say
     which findings are about a statement the port inherited unchanged from upstream."""
     out = [_signature_demotion(f, calls, facts) for f in findings]
-    return label_inherited(group_per_call(out), counterparts)
+    return label_inherited(merge_into_errors(group_per_call(out)), counterparts)
 
 
 # ---------------------------------------------------------------- the installed signature explains it
@@ -105,6 +105,40 @@ def group_per_call(findings: Iterable[Finding]) -> list[Finding]:
         out.append(f)
     merged = {id(g[0]): _merge(g) for g in groups.values() if len(g) > 1}
     return [merged.get(id(f), f) for f in out]
+
+
+_COMPARE_RULES = frozenset({"MXA201", "MXA202", "MXA203"})
+
+
+def merge_into_errors(findings: Sequence[Finding]) -> list[Finding]:
+    """A difference from upstream at the very line of an error is that error's root cause (the port kept
+    the old call, changed the argument): the compare finding joins the error as evidence, every hunk kept."""
+    errors = {(f.location.path, f.location.line): f for f in findings
+              if f.severity is Severity.ERROR and f.location.line and _PER_CALL.match(f.rule)}
+    if not errors:
+        return list(findings)
+    absorbed: dict[tuple[str, int], list[Finding]] = {}
+    out: list[Finding] = []
+    for f in findings:
+        hit = None
+        if f.rule in _COMPARE_RULES and f.severity is not Severity.ERROR:
+            for e in f.evidence:
+                m = re.match(r"^(\S+?):(\d+) \[", e)
+                if m and (m.group(1), int(m.group(2))) in errors:
+                    hit = (m.group(1), int(m.group(2)))
+                    break
+        if hit is None:
+            out.append(f)
+        else:
+            absorbed.setdefault(hit, []).append(f)
+    merged = []
+    for f in out:
+        joined = absorbed.get((f.location.path, f.location.line), []) if f.severity is Severity.ERROR else []
+        if joined:
+            extra = [line for j in joined for line in (f"root cause, also {j.rule}: {j.message}", *j.evidence)]
+            f = replace(f, evidence=(*f.evidence, *extra))
+        merged.append(f)
+    return merged
 
 
 def _merge(group: list[Finding]) -> Finding:

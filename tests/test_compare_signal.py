@@ -381,3 +381,21 @@ def test_the_cache_key_of_a_comparison_covers_the_platform_and_callers_in_other_
     assert second != first
     _write(root, "vllm_metax/platform.py", PLATFORM.replace("return False", "return True"))
     assert compare_dependencies(root, config, [f"vllm_metax/{REL}"]) != second
+
+
+def test_a_difference_at_the_line_of_an_error_joins_the_error_as_its_root_cause() -> None:
+    from metax_audit.triage import merge_into_errors
+
+    error = Finding("MXA105", Category.SIGNATURE, Severity.ERROR, Location("vllm_metax/x.py", 912, "f"),
+                    "positional lands on batch_size", ("installed: op(a, b)",))
+    drift = Finding("MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING, Location("vllm_metax/x.py", 851, "f"), "2 upstream changes",
+                    (f"vllm_metax/x.py:851 [upstream-not-followed] a {KERNEL_LINE}", f"vllm_metax/x.py:912 [upstream-not-followed] b {KERNEL_LINE}"))
+    other = Finding("MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING, Location("vllm_metax/x.py", 5, "g"), "elsewhere",
+                    (f"vllm_metax/x.py:5 [changed] c {KERNEL_LINE}",))
+    got = merge_into_errors([error, drift, other])
+    assert [f.rule for f in got] == ["MXA105", "MXA201"]
+    assert got[0].severity is Severity.ERROR and "root cause, also MXA203: 2 upstream changes" in got[0].evidence
+    assert drift.evidence[1] in got[0].evidence
+
+
+KERNEL_LINE = "-- may change what a kernel computes or whether it runs"

@@ -152,8 +152,8 @@ def test_generate_then_apply_on_the_demo_is_clean_and_a_changed_flow_comes_back(
     back = [f for f in changed.findings if not f.waived]
     (flow,) = [f for f in back if f.rule == "MXA510"]
     assert "changed since waived" in flow.evidence[-1]
-    # The edit is also a new undeclared hunk in forward: the hunks of one function are one finding (same id),
-    # which now says more, so it comes back as changed since waived; no entry goes stale.
+    # The edit is also an undeclared hunk in forward. Before it, forward's only hunk was the dropped ln 2 at the
+    # merge call, which joined the MXA510 there as its root cause (so no MXA201 was waived); now forward's
+    # differences are a finding of their own, unwaived; no entry goes stale.
     assert sorted(f.rule for f in back) == ["MXA201", "MXA510"]
-    assert all("changed since waived" in f.evidence[-1] for f in back)
-    assert changed.waivers["changed"] == 2 and changed.waivers["unmatched"] == 0
+    assert changed.waivers["changed"] == 1 and changed.waivers["unmatched"] == 0
