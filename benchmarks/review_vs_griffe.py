@@ -42,6 +42,8 @@ def main() -> int:
                     help="the file the staged one-file change edits")
     ap.add_argument("--reference-tree", default=None, help="another metax-audit source tree to time cold, for comparison")
     ap.add_argument("--base", default=None, help="--base of the reviews (the release the port was last synced to)")
+    ap.add_argument("--rows", default="griffe,review_cold,review_warm,staged_one_file,reference_cold",
+                    help="which measurements to run (griffe always runs: the ratios divide by it)")
     args = ap.parse_args()
 
     out = tempfile.mkdtemp(prefix="mxa-bench-")
@@ -67,13 +69,15 @@ def main() -> int:
     clone = os.path.join(tempfile.mkdtemp(prefix="mxa-bench-clone-"), "port")
     subprocess.run(["git", "clone", "-q", args.repo, clone], check=True)
     subprocess.run(["git", "-C", clone, "checkout", "-q", args.rev], check=True)
-    staged = [*wrapped[:3], "review", "--staged", *review[5:]]
+    staged = [*wrapped[:3], "review", "--staged", *review[6:]]  # review[4:6] is --rev REV
     subprocess.run(staged, cwd=clone, capture_output=True, env={**base_env, "METAX_AUDIT_CACHE": warm_cache})
     ref_env = {**base_env, "PYTHONPATH": os.path.abspath(args.reference_tree)} if args.reference_tree else None
     plan = [("griffe", griffe, args.repo, base_env), ("review_cold", wrapped, args.repo, base_env),
             ("review_warm", wrapped, args.repo, base_env), ("staged_one_file", staged, clone, base_env)]
     if ref_env is not None:
         plan.append(("reference_cold", wrapped, args.repo, ref_env))
+    wanted = {"griffe", *args.rows.split(",")}
+    plan = [p for p in plan if p[0] in wanted]
     rows = {}
     results: dict[str, tuple[list, list, list, list]] = {}
     # Repeats are interleaved (griffe, cold, warm, ..., griffe, ...) so that load from anything
