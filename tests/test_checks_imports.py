@@ -63,3 +63,12 @@ def test_import_table(tmp_path: Path, target: str, status: str, source: str, rul
 
 def test_no_fact_no_finding(tmp_path: Path) -> None:
     assert list(check_imports(discovery(tmp_path), StackFacts("py", "", "", {}))) == []
+
+
+def test_one_finding_per_missing_kernel_name(tmp_path: Path) -> None:
+    text = "from kern import NewWrapper\n\ndef lazy():\n    from kern import NewWrapper\n    return NewWrapper\n"
+    facts = StackFacts("py", "", "", {"kern.NewWrapper": fact("kern.NewWrapper", "not-found")})
+    [f] = check_imports(discovery(tmp_path, text), facts)
+    assert f.severity is Severity.ERROR and "1 more import site" in f.message
+    assert [e for e in f.evidence if e.startswith("port: ")] == ["port: port/attn.py:1: from kern import NewWrapper",
+                                                                 "port: port/attn.py:4: from kern import NewWrapper"]

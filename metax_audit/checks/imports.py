@@ -26,28 +26,34 @@ def check_imports(discovery: Discovery, facts: StackFacts) -> Iterator[Finding]:
     tops = {t.split(".")[0] for t in facts.facts}
     paths = [f.path for f in discovery.files if f.parse_error is None]
     unchecked: dict[str, list[ImportedName]] = {}
+    missing: dict[str, list[ImportedName]] = {}
     for imp in imported_names(discovery.root, paths, sorted(tops)):
         fact = facts.facts.get(imp.target)
         if fact is None:
             continue
-        loc = Location(imp.path, imp.line, f"import:{imp.target}")
-        port_side = f"port: {imp.path}:{imp.line}: {source_line(discovery.root, imp.path, imp.line)}"
         if fact.status == "not-found":
-            severity = None
-            notes = [f"lookup: {fact.error}" if fact.error else "lookup failed", *build_note(fact)]
-            if fact.source == "static":
-                severity = Severity.WARNING  # a dynamic export is invisible to a static read
-                notes.append("read statically from source; a runtime-only export would not be seen")
-            if imp.guarded:
-                severity = Severity.WARNING
-                notes.append("the import sits in a try/except: check the fallback path is what runs")
-            dist = " ".join(x for x in (fact.distribution, fact.version) if x)
-            what = f"{imp.name!r} from {imp.module}" if imp.name else f"module {imp.module}"
-            yield make_finding("MXA120", loc, f"imports {what}, which installed {dist or imp.module.split('.')[0]} does not provide",
-                               [port_side, f"installed: {imp.target} missing  [{fact.source}{' via ' + facts.source if facts.source.startswith('manifest:') else ''}{', ' + dist if dist else ''}]", *notes],
-                               severity=severity)
+            missing.setdefault(imp.target, []).append(imp)  # one finding per missing name, every site in it
         elif fact.status != "ok":
             unchecked.setdefault(imp.module.split(".")[0], []).append(imp)
+    for target, imps in missing.items():
+        fact = facts.facts[target]
+        first = imps[0]
+        severity = None
+        notes = [f"lookup: {fact.error}" if fact.error else "lookup failed", *build_note(fact)]
+        if fact.source == "static":
+            severity = Severity.WARNING  # a dynamic export is invisible to a static read
+            notes.append("read statically from source; a runtime-only export would not be seen")
+        if all(i.guarded for i in imps):
+            severity = Severity.WARNING
+            notes.append("the import sits in a try/except: check the fallback path is what runs")
+        dist = " ".join(x for x in (fact.distribution, fact.version) if x)
+        what = f"{first.name!r} from {first.module}" if first.name else f"module {first.module}"
+        more = f" (and {len(imps) - 1} more import site(s))" if len(imps) > 1 else ""
+        sites = [f"port: {i.path}:{i.line}: {source_line(discovery.root, i.path, i.line)}" for i in imps[:8]]
+        yield make_finding("MXA120", Location(first.path, first.line, f"import:{target}"),
+                           f"imports {what}, which installed {dist or first.module.split('.')[0]} does not provide{more}",
+                           [*sites, f"installed: {target} missing  [{fact.source}{' via ' + facts.source if facts.source.startswith('manifest:') else ''}{', ' + dist if dist else ''}]", *notes],
+                           severity=severity)
     for top, imps in unchecked.items():
         first = imps[0]
         fact = facts.facts[first.target]
