@@ -100,7 +100,7 @@ ModeStaged = Annotated[bool, typer.Option("--staged", help="Review the git index
 ModeWorktree = Annotated[bool, typer.Option("--worktree", help="Review tracked plus untracked-not-ignored files.")]
 ModeRev = Annotated[str | None, typer.Option("--rev", help="Review a revision (commit, tag, branch).")]
 RepoOpt = Annotated[Path | None, typer.Option("--repo", help="The port's git checkout (default: the enclosing repo).")]
-UpstreamOpt = Annotated[str | None, typer.Option("--upstream", help="Upstream vLLM: a directory, an installed package, or vllm==X.Y.Z (downloaded once, cached).")]
+UpstreamOpt = Annotated[str | None, typer.Option("--upstream", help="Upstream vLLM: a directory, a git clone at a revision (PATH@REV, read with git archive), an installed package, or vllm==X.Y.Z (downloaded once, cached).")]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter of the kernel stack to introspect/probe (default: this one).")]
 
 

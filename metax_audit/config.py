@@ -50,6 +50,12 @@ class AuditConfig:
     # Platform methods that return backend class paths as strings (read as registrations).
     selectors: tuple[str, ...] = ("get_attn_backend_cls",)
     max_file_bytes: int = 2_000_000  # larger files are recorded as not analysed (generated code)
+    # The port's C++/CUDA source dirs (repo-relative): its TORCH_LIBRARY op registrations are read statically.
+    native_sources: tuple[str, ...] = ("csrc",)
+    # Files that pin the vendor kernel stack of a revision (requirements dirs, setup.py, Dockerfiles).
+    stack_files: tuple[str, ...] = ("requirements", "setup.py", "docker", "Dockerfile")
+    # Vendor distribution name -> the public distribution its builds derive from (for the static stand-in).
+    stack_public_names: dict[str, str] = field(default_factory=lambda: {"flashinfer": "flashinfer-python"})
 
     def expand(self, pattern: str) -> str:
         return pattern.replace("{port}", self.port_package.replace(".", "/"))
@@ -63,7 +69,8 @@ class AuditConfig:
         return self.expand(self.platform_file)
 
 
-_LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders", "kernel_sources"}
+_LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders", "kernel_sources",
+                "native_sources", "stack_files"}
 _SEVERITIES = ("error", "warning", "info")
 _MAX_FILE_BYTES_CEILING = 1 << 30  # past this a "limit" is no limit: say so instead of reading it
 
@@ -108,6 +115,10 @@ def _check(name: str, key: str, value: object, default: object, origin: str) -> 
         if not isinstance(value, list | tuple) or not value:
             raise _fail(origin, key, f"must be a non-empty list of repo-relative globs (got {value!r})")
         return tuple(_repo_path(origin, key, v, glob=True) for v in value)
+    if name in ("native_sources", "stack_files"):  # exported from the repo: they must stay inside it
+        if not isinstance(value, list | tuple):
+            raise _fail(origin, key, f"must be a list of repo-relative paths (got {value!r})")
+        return tuple(_repo_path(origin, key, v) for v in value)
     if name == "path_map":
         if not isinstance(value, dict):
             raise _fail(origin, key, f"must be a mapping of port path to upstream path (got {type(value).__name__})")

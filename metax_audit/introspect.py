@@ -108,7 +108,15 @@ def introspect(
         facts={t: facts[t] for t in wanted if t in facts},
         distributions=distributions,
         source="import",
+        torch_ops=_ops_json(meta.get("torch_ops")),
     )
+
+
+def _ops_json(data: Any) -> dict[str, tuple[str, ...]] | None:
+    """The torch.ops namespaces of a worker's done event or a manifest, {ns: (op, ...)} (None: not captured)."""
+    if not isinstance(data, dict):
+        return None
+    return {str(ns): tuple(str(o) for o in ops) for ns, ops in data.items() if isinstance(ops, list)}
 
 
 def stack_targets(discovery: Discovery, trace: TraceResult, packages: Sequence[str]) -> list[str]:
@@ -292,6 +300,8 @@ def write_manifest(facts: StackFacts, path: Path) -> None:
         "distributions": facts.distributions,
         "facts": {t: _fact_json(f) for t, f in sorted(facts.facts.items())},
     }
+    if facts.torch_ops is not None:
+        data["torch_ops"] = {ns: list(ops) for ns, ops in facts.torch_ops.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
@@ -325,6 +335,7 @@ def load_manifest(path: Path) -> StackFacts:
         facts=facts,
         distributions=data.get("distributions") or {},
         source=f"manifest:{path}",
+        torch_ops=_ops_json(data.get("torch_ops")),
     )
 
 

@@ -914,8 +914,25 @@ def main() -> int:
         "platform": platform.platform(),
         "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "distributions": dist_cache,
+        "torch_ops": _torch_ops(),
     })
     return 0
+
+
+def _torch_ops() -> dict[str, list[str]] | None:
+    """Every op the dispatcher knows once the targets are imported, by namespace (None without torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        names = torch._C._dispatch_get_all_op_names()
+    except Exception:  # an old or stripped torch: the manifest simply has no op list
+        return None
+    out: dict[str, set[str]] = {}
+    for qualified in names:
+        ns, _, op = str(qualified).partition("::")
+        out.setdefault(ns, set()).add(op.split(".")[0])
+    return {ns: sorted(ops) for ns, ops in sorted(out.items())}
 
 
 if __name__ == "__main__":

@@ -234,6 +234,7 @@ class CallableFact:
     version: str | None = None
     wheel_tag: str | None = None
     error: str | None = None
+    stand_in: str | None = None  # read from the public base of a pinned vendor build (stack_pins), said here
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,7 @@ class StackFacts:
     distributions: dict[str, dict[str, str]] = field(default_factory=dict)
     source: str = "import"  # "import" | "manifest:<path>"
     cache_entry: str | None = None  # the stack-cache file these facts were served from (None: captured now)
+    torch_ops: dict[str, tuple[str, ...]] | None = None  # ns -> ops the dispatcher knew at capture (manifests)
 
 
 # ---------------------------------------------------------------- compare

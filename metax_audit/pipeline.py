@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from metax_audit import introspect as introspect_mod
     from metax_audit.contracts import Contracts
     from metax_audit.dataflow import LseFlow
+    from metax_audit.stack_pins import StackBinding
     from metax_audit.trace.symbols import SymbolTable
 
 T = TypeVar("T")
@@ -131,9 +132,10 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     if mode is None:
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
     run = _Run()
-    package = port_package_hint(options.repo, mode, options.config_file)
-    # The static stages read only the port package and its config; --test needs the whole tree.
-    only = () if options.test_command else static_export(package)
+    hint = export_config(options.repo, mode, options.config_file)
+    package = hint.port_package
+    # The static stages read only the port package, its config, C++ sources and stack pins; --test needs all.
+    only = () if options.test_command else static_export(package, hint)
     with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
         if mode_note:
             snap = replace(snap, notes=(*snap.notes, mode_note))
@@ -145,21 +147,30 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
 
 
 def port_package_hint(repo: Path | None, mode: str, config_file: Path | None) -> str:
-    """The port package to export, needed before the snapshot exists: --config, else the repo's own
-    config as it is in the working tree, else the default. The snapshot's config still governs the
-    review; a port package renamed between the worktree and the reviewed revision is reported by
-    discover as a missing package."""
+    """The port package to export, needed before the snapshot exists (see export_config)."""
+    return export_config(repo, mode, config_file).port_package
+
+
+def export_config(repo: Path | None, mode: str, config_file: Path | None) -> AuditConfig:
+    """The config that says what to export (port package, C++ sources, stack pins), needed before the
+    snapshot exists: --config, else the repo's own config as it is in the working tree, else the
+    default. The snapshot's config still governs the review; a port package renamed between the
+    worktree and the reviewed revision is reported by discover as a missing package."""
     from metax_audit.snapshot import find_repo
 
     if config_file is not None:
-        return load_config(Path("."), config_file).port_package
+        return load_config(Path("."), config_file)
     if mode != "installed":
-        return load_config(find_repo(repo or Path.cwd())).port_package
-    return AuditConfig().port_package
+        return load_config(find_repo(repo or Path.cwd()))
+    return AuditConfig()
 
 
-def static_export(package: str) -> tuple[str, ...]:
-    return (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml")
+def static_export(package: str, config: AuditConfig | None = None) -> tuple[str, ...]:
+    """What a static review exports: the port package, its config, the port's C++ sources (op
+    registrations) and the files that pin its kernel stack."""
+    config = config or AuditConfig()
+    return (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml", *config.native_sources,
+            *config.stack_files)
 
 
 def _audit_snapshot(
@@ -300,6 +311,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     upstream, base = _upstream_stage(st)
     symbols = _symbols(st, upstream, base)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
+    stand_ins = _stack_pins_stage(st)
     binding = background.fork(partial(_binding_checks, discovery, trace, symbols))  # beside compare
     # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
     contracts = _project_contracts()
@@ -307,7 +319,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     static_roots = (st.snap.root, *((upstream.root,) if upstream and upstream.root else ()), *st.options.static_roots,
                     *_kernel_source_roots(st))
     collect_facts = _introspect(discovery, trace, st.config, replace(st.options, static_roots=static_roots), st.run,
-                                st.progress, background)
+                                st.progress, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base)
     facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding.result)
     flows = _dataflow_stage(st, contracts, dataflow)
@@ -438,6 +450,22 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
     return discovery, trace
 
 
+def _stack_pins_stage(st: _Stages) -> tuple[StackBinding, ...]:
+    """The kernel stack the reviewed revision pins, and what each pinned package is bound against."""
+    from metax_audit import stack_pins
+
+    if not stack_pins.read_pins(st.snap.root, st.config):
+        st.run.skipped("stack-pins", f"no pin of {', '.join(st.config.kernel_modules)} in {', '.join(st.config.stack_files)}")
+        return ()
+    with st.run.stage("stack-pins", st.progress) as notes:
+        bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
+                                   manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
+                                   fetch=not st.options.extra_path)
+        st.run.findings += stack_pins.binding_findings(bindings)
+        notes.append(", ".join(f"{b.pin.module} {b.pin.version}: {b.bound}" for b in bindings))
+    return tuple(b for b in bindings if b.bound == "public-base")
+
+
 def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
                    ) -> Comparison | None:
     if upstream is None:
@@ -465,6 +493,11 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         up_calls = _upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
         found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls), *binding()]
+        from metax_audit.checks import check_capabilities, counterpart_paths, op_findings
+
+        found += op_findings(discovery, st.config, upstream, facts)
+        found += check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
+                                    counterparts=counterpart_paths(comparison.files) if comparison else None)
         st.run.findings = absorb_consequences([*st.run.findings, *found])
         notes.append(f"{len(found)} findings")
         st.run.findings += check_inactive_paths(discovery, comparison, trace)  # counted with the report's files
@@ -550,7 +583,7 @@ def _installed_upstream_available(config: AuditConfig) -> bool:
 
 def _introspect(
     discovery: Discovery, trace: TraceResult, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress,
-    background: _Background,
+    background: _Background, stand_ins: Sequence[StackBinding] = (),
 ) -> Callable[[], StackFacts | None]:
     """Start introspection; returns the function that waits for its facts and records the stage.
 
@@ -574,20 +607,33 @@ def _introspect(
     progress.stage("introspect", f"{len(targets)} entry points")
     started = time.perf_counter()
     # The port is read from the snapshot, never imported: an installed copy is not what is under review.
-    never_import = (config.port_package,)
+    # So is a kernel package bound to the public base of its pinned vendor build (stack_pins).
+    never_import = (config.port_package, *(b.pin.module for b in stand_ins))
+    static_roots = (*options.static_roots, *(b.root for b in stand_ins if b.root is not None))
     cache: bool | introspect_mod.CachePlan = False
     if not options.extra_path:
         cache = introspect_mod.plan_cache(targets, python=options.python, extra_path=options.extra_path,
-                                          static_roots=options.static_roots, never_import=never_import,
+                                          static_roots=static_roots, never_import=never_import,
                                           op_namespaces=config.op_namespaces)
 
     def work() -> StackFacts:
-        return introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
-                                         extra_path=options.extra_path, static_roots=options.static_roots,
-                                         never_import=never_import, cache=cache, prestarted=prestarted,
-                                         op_namespaces=config.op_namespaces)
+        facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
+                                          extra_path=options.extra_path, static_roots=static_roots,
+                                          never_import=never_import, cache=cache, prestarted=prestarted,
+                                          op_namespaces=config.op_namespaces)
+        return _mark_stand_ins(facts, stand_ins)
 
     return background.thread("introspect", work, _introspect_notes, started)
+
+
+def _mark_stand_ins(facts: StackFacts, stand_ins: Sequence[StackBinding]) -> StackFacts:
+    """Say on each fact read from a public-base stand-in what it stands for (the evidence names it)."""
+    by_module = {b.pin.module: b for b in stand_ins}
+    if not by_module:
+        return facts
+    marked = {t: replace(f, stand_in=by_module[t.split(".")[0]].stand_in) if t.split(".")[0] in by_module else f
+              for t, f in facts.facts.items()}
+    return replace(facts, facts=marked)
 
 
 def _introspect_notes(facts: StackFacts) -> list[str]:

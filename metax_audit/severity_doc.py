@@ -150,6 +150,33 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "waiver for MXA201 at flashinfer.py `FlashInferImpl.forward` after the function was rewritten"),),
     "MXA211": ((W, "a waiver is past its expiry date",
                 "`expires: 2026-10-01` on a waiver reviewed 2026-12-01"),),
+    "MXA160": ((I, "a pinned kernel package is bound statically against the public release its vendor build derives "
+                   "from, because the pinned build is not what is installed here",
+                "`flash_attn==2.6.3+metax3.8.0.7` pinned, not installed: bound to the public flash_attn 2.6.3 sources"),),
+    "MXA161": ((W, "the pinned version is neither installed nor obtainable as a public base, so calls into it were "
+                   "checked against another version or not at all",
+                "`flash_mla==1.0.1+metax...` pinned: no public release of flash_mla 1.0.1"),),
+    "MXA170": ((E, "a torch.ops use or an op-referencing call names an op that no provider read (port Python and C++, "
+                   "upstream Python and compiled extensions, manifest) registers: AttributeError on first call",
+                "`torch.ops._C.fused_qnorm_rope_insert(...)` after the C++ `.def` of that op was dropped"),),
+    "MXA171": ((W, "an `\"ns::op\"` string in a configuration list names no registered op, so what the list asks for "
+                   "(a piecewise graph split) never happens for it",
+                "`compilation_config._attention_ops.append(\"vllm::old_attention_op\")` after the op was removed"),),
+    "MXA172": ((I, "the op's provider cannot be read statically here (a compiled package, a computed name); not "
+                   "evidence that the op is missing",
+                "`torch.ops.sgl_kernel.gate(...)` with no manifest of the stack"),),
+    "MXA173": ((I, "the use of an unregistered op sits under a hasattr/try guard, so the fallback runs",
+                "`torch.ops._C.x(...) if hasattr(torch.ops._C, \"x\") else fallback(...)`"),),
+    "MXA180": ((E, "the impl's constructor raises or asserts for a value the backend advertises to the selector: "
+                   "the model fails to load for that configuration",
+                "`supported_kv_cache_dtypes` lists \"fp8\" while `__init__` raises NotImplementedError for fp8"),),
+    "MXA181": ((W, "an impl method raises or asserts for an advertised value: requests on that path fail at run time",
+                "`supports_attn_type` accepts ENCODER_ONLY while `forward` asserts attn_type == DECODER"),),
+    "MXA182": ((I, "the guard against an advertised value is the same in upstream's counterpart: upstream's limitation",
+                "an encoder path rejecting a quantized KV cache, as upstream does"),),
+    "MXA183": ((W, "the backend advertises non-causal attention but a kernel call fixes causal=True where upstream passes "
+                   "the request's flag: those requests get a causal mask",
+                "`prefill_wrapper.plan(..., causal=True)` where upstream passes `causal=attn_metadata.causal`"),),
     "MXA300": ((I, "an adaptation sits behind a feature the platform switches off; the gate is the evidence",
                 "8 cascade places in flashinfer.py behind `disable_cascade_attn = True`"),),
     "MXA407": ((E, "an add-on probe measured semantics different from the expected hypothesis",

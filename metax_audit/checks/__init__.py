@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 # Every check module is imported with the package, so the rules of findings made in a forked
 # child (binding checks, dataflow) are declared in the parent too (help text in SARIF, Markdown).
 from metax_audit.checks import attributes, binding, claims, graph_capture, imports, kwargs, signatures  # noqa: F401
+from metax_audit.checks.capabilities import check_capabilities, counterpart_paths
 from metax_audit.checks.inactive_path import check_inactive_paths
 from metax_audit.checks.lse import check_dataflow
+from metax_audit.checks.ops import op_findings
 from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult
 
 if TYPE_CHECKING:
@@ -18,7 +20,8 @@ if TYPE_CHECKING:
 
 # The checks the pipeline runs itself: inactive paths (over the comparison) and the judgement of
 # the dataflow stage's facts (run with it in the forked child).
-__all__ = ["binding_checks", "check_dataflow", "check_inactive_paths", "checks_for_review", "run_checks"]
+__all__ = ["binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths", "checks_for_review",
+           "counterpart_paths", "op_findings", "run_checks"]
 
 
 def run_checks(

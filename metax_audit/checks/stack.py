@@ -30,6 +30,8 @@ def installed_text(fact: CallableFact, facts: StackFacts) -> str:
 
 def build_note(fact: CallableFact) -> list[str]:
     """Say whether the installed distribution is a vendor build (a `+local` version label) or not."""
+    if fact.stand_in:
+        return [f"bound against the {fact.stand_in}: a vendor change to this API would not be seen"]
     if not fact.version:
         return []
     if "+" in fact.version:

@@ -1,0 +1,155 @@
+# Advertised vs implemented: what a backend class tells the selector against the guards of its impl,
+# with the branch a guard sits under and upstream's counterpart (an inherited guard is info).
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import write_tree
+
+from metax_audit.checks.capabilities import check_capabilities
+from metax_audit.models import BackendChain, ChainHop, Discovery, Severity, SourceFile, TraceResult
+
+BACKEND = '''
+class AttentionType:
+    DECODER = "decoder"
+    ENCODER_ONLY = "encoder_only"
+
+class MyBackend:
+    supported_kv_cache_dtypes = ["auto", "fp8", "fp8_e4m3"]
+
+    @staticmethod
+    def get_supported_head_sizes():
+        return [64, 128, 96]
+
+    @classmethod
+    def supports_sink(cls):
+        return True
+
+    @classmethod
+    def supports_sliding_window(cls):
+        """docstring is fine"""
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type):
+        return attn_type in (AttentionType.DECODER, AttentionType.ENCODER_ONLY)
+
+
+class MyImpl:
+    def __init__(self, num_heads, head_size, kv_cache_dtype, sinks=None, sliding_window=None, attn_type=None,
+                 alibi_slopes=None, logits_soft_cap=None):
+{guard}
+
+    def forward(self, q):
+{forward}
+        return q
+'''
+CASES = {
+    # guard in __init__, the forward body
+    "fp8_raises": ('        if kv_cache_dtype.startswith("fp8"):\n            raise NotImplementedError("no fp8")', "        pass",
+                   "MXA180", Severity.ERROR),
+    "quantized_raises": ('        if is_quantized_kv_cache(kv_cache_dtype):\n            raise ValueError("no")', "        pass",
+                         "MXA180", Severity.ERROR),
+    "sinks_raise": ('        if sinks is not None:\n            raise NotImplementedError("sinks")', "        pass",
+                    "MXA180", Severity.ERROR),
+    "features_list": ('        unsupported = [alibi_slopes, sliding_window, logits_soft_cap]\n        if any(unsupported):\n'
+                      '            raise NotImplementedError("x")', "        pass", "MXA180", Severity.ERROR),
+    "head_assert": ("        assert head_size in (64, 128)", "        pass", "MXA180", Severity.ERROR),
+    "encoder_in_forward": ("        pass", "        assert self.attn_type == AttentionType.DECODER", "MXA181", Severity.WARNING),
+    # negative cases
+    "alibi_only": ('        if alibi_slopes is not None:\n            raise NotImplementedError("alibi")', "        pass", None, None),
+    "always_raises": ('        if True:\n            raise NotImplementedError("never built")', "        pass", None, None),
+    "other_dtype": ('        if kv_cache_dtype == "int8":\n            raise NotImplementedError("int8")', "        pass", None, None),
+    "under_exclusive_branch": ("        pass", "        if self.attn_type == AttentionType.ENCODER_ONLY:\n            pass\n"
+                               "        else:\n            assert self.attn_type == AttentionType.DECODER", None, None),
+    "unknown_test": ("        if self.helper(kv_cache_dtype):\n            raise NotImplementedError()", "        pass", None, None),
+    "warns_not_raises": ('        if kv_cache_dtype == "fp8":\n            logger.warning("slow")', "        pass", None, None),
+}
+
+
+def _tree(tmp_path: Path, guard: str, forward: str, upstream_guard: str | None = None) -> tuple[Discovery, TraceResult]:
+    files = {"port/__init__.py": "", "port/attn.py": BACKEND.replace("{guard}", guard).replace("{forward}", forward)}
+    if upstream_guard is not None:
+        files["up/vllm/attn.py"] = BACKEND.replace("{guard}", upstream_guard).replace("{forward}", "        pass")
+    write_tree(tmp_path, files)
+    text = (tmp_path / "port/attn.py").read_text()
+    line = {name: text.splitlines().index(next(ln for ln in text.splitlines() if ln.startswith(f"class {name}"))) + 1
+            for name in ("MyBackend", "MyImpl")}
+    chain = BackendChain("MINE", "port.attn.MyBackend", None, True, (
+        ChainHop("backend", "port.attn.MyBackend", "port/attn.py", line["MyBackend"]),
+        ChainHop("impl", "port.attn.MyImpl", "port/attn.py", line["MyImpl"]),
+    ), (), ())
+    disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"),), (), (), (), {})
+    return disc, TraceResult((chain,), ())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_capability_table(tmp_path: Path, case: str) -> None:
+    guard, forward, rule, severity = CASES[case]
+    found = list(check_capabilities(*_tree(tmp_path, guard, forward)))
+    assert {(f.rule, f.severity) for f in found} == ({(rule, severity)} if rule else set())
+    if rule:
+        assert found[0].evidence[0].startswith("advertised: port/attn.py:")
+        assert found[0].evidence[1].startswith("implemented: port/attn.py:")
+
+
+def test_fp8_finding_names_each_advertised_value(tmp_path: Path) -> None:
+    found = list(check_capabilities(*_tree(tmp_path, *CASES["fp8_raises"][:2])))
+    assert sorted(f.message.split("kv-cache dtype ")[1].split(",")[0] for f in found) == ["'fp8'", "'fp8_e4m3'"]
+
+
+def test_guard_inherited_from_upstream_is_info(tmp_path: Path) -> None:
+    guard = CASES["sinks_raise"][0]
+    disc, trace = _tree(tmp_path, guard, "        pass", upstream_guard=guard)
+    found = list(check_capabilities(disc, trace, upstream_root=tmp_path / "up", counterparts={"port/attn.py": "vllm/attn.py"}))
+    assert [(f.rule, f.severity) for f in found] == [("MXA182", Severity.INFO)]
+
+
+CAUSAL_PORT = '''
+class MyBackend:
+    @classmethod
+    def supports_non_causal(cls):
+        return {non_causal}
+
+
+class MyBuilder:
+    def build(self, m):
+        self.prefill.plan(q, causal={port_causal})
+        self.cascade.plan(q, causal=True)
+
+
+class MyImpl:
+    pass
+'''
+CAUSAL_UPSTREAM = '''
+class Builder:
+    def build(self, m):
+        self.prefill.plan(q, causal=m.causal)
+        self.cascade.plan(q, causal=True)
+'''
+
+
+@pytest.mark.parametrize(("non_causal", "port_causal", "expected"), [
+    ("True", "True", ["MXA183"]),  # advertised non-causal, flag fixed where upstream passes the request's
+    ("False", "True", []),  # not advertised: a causal-only backend may fix it
+    ("True", "m.causal", []),  # follows upstream
+])
+def test_causal_flag_against_advertised_non_causal(tmp_path: Path, non_causal: str, port_causal: str,
+                                                   expected: list[str]) -> None:
+    text = CAUSAL_PORT.replace("{non_causal}", non_causal).replace("{port_causal}", port_causal)
+    write_tree(tmp_path, {"port/attn.py": text, "up/vllm/attn.py": CAUSAL_UPSTREAM})
+    lines = text.splitlines()
+    at = {n: next(i for i, ln in enumerate(lines, 1) if ln.startswith(f"class {n}")) for n in ("MyBackend", "MyBuilder", "MyImpl")}
+    chain = BackendChain("MINE", "port.attn.MyBackend", None, True, (
+        ChainHop("backend", "port.attn.MyBackend", "port/attn.py", at["MyBackend"]),
+        ChainHop("builder", "port.attn.MyBuilder", "port/attn.py", at["MyBuilder"]),
+        ChainHop("impl", "port.attn.MyImpl", "port/attn.py", at["MyImpl"]),
+    ), (), ())
+    disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"),), (), (), (), {})
+    found = list(check_capabilities(disc, TraceResult((chain,), ()), upstream_root=tmp_path / "up",
+                                    counterparts={"port/attn.py": "vllm/attn.py"}))
+    assert [f.rule for f in found] == expected
+    if expected:
+        assert found[0].severity is Severity.WARNING
+        assert found[0].evidence[2] == "upstream: vllm/attn.py:4: self.prefill.plan(q, causal=m.causal)"

@@ -1,0 +1,169 @@
+# The stack a revision pinned: pins read from requirements/Dockerfiles/setup.py, and each kernel
+# package bound to the installed build, a manifest, or the public base from the cache (never downloaded here).
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import write_tree
+
+from metax_audit import stack_pins, subproc
+from metax_audit.config import AuditConfig
+from metax_audit.models import Severity
+from metax_audit.stack_pins import UNAVAILABLE, bind, binding_findings, extract_sources, public_base, read_pins
+from metax_audit.upstream import COMPLETE_MARKER
+
+PINS = {
+    "requirements/common.txt": "numpy\n# flashinfer==0.0.1 (a comment)\n",
+    "requirements/vendor.txt": "--extra-index-url https://x\nflashinfer==0.2.6+metax3.8.0.7torch2.10\nflash_attn==2.6.3+metax3.8.0.7\n",
+    "docker/port.Dockerfile": "RUN pip install flash_mla==1.0.1 flashinfer==9.9.9\n",
+    "setup.py": "install_requires=['torch==2.10.0']\n",
+}
+CFG = AuditConfig(port_package="port")
+
+
+def _sdist(path: Path, top: str, module: str, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as tf:
+        for rel, text in {"setup.py": "", **{f"{module}/{k}": v for k, v in files.items()}}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _cache_entry(cache: Path, public: str, module: str) -> Path:
+    entry = cache / "stack-sources" / public.replace("==", "-")
+    write_tree(entry, {f"{module}/__init__.py": "def run(q, k, v, *, scale=1.0): ...\n"})
+    (entry / COMPLETE_MARKER).write_text(public)
+    return entry
+
+
+def test_read_pins_first_pin_per_package_in_file_order(tmp_path: Path) -> None:
+    write_tree(tmp_path, PINS)
+    pins = read_pins(tmp_path, CFG)
+    assert [(p.module, p.version, str(p.location)) for p in pins] == [
+        ("flashinfer", "0.2.6+metax3.8.0.7torch2.10", "requirements/vendor.txt:2"),
+        ("flash_attn", "2.6.3+metax3.8.0.7", "requirements/vendor.txt:3"),
+        ("flash_mla", "1.0.1", "docker/port.Dockerfile:1"),
+    ]
+    assert pins[0].public_version == "0.2.6" and pins[0].vendor_build and not pins[2].vendor_build
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    versions: dict[str, str] = {}
+    monkeypatch.setattr(stack_pins, "installed_versions", lambda names, python: dict(versions))
+
+    def no_pip(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tests never download")
+
+    monkeypatch.setattr(subproc, "run", no_pip)
+    return versions
+
+
+@pytest.mark.parametrize(("installed_version", "cached", "bound", "rule"), [
+    ("0.2.6+metax3.8.0.7torch2.10", True, "installed", None),  # the vendor build itself
+    ("0.2.6", True, "installed", None),  # its public base: same API as far as we can tell
+    ("0.2.6.post1", True, "installed", None),  # a post-release: the same code line as the pin
+    ("0.2.5", True, "public-base", "MXA160"),  # installed differs from the pin: bind the pin's base
+    ("0.3.0+metax9", True, "public-base", "MXA160"),  # another vendor build, of another release
+    (None, True, "public-base", "MXA160"),  # not installed at all
+    ("0.2.5", False, "unbound", "MXA161"),  # no stand-in obtainable: say so, keep the installed one
+])
+def test_binding_table(tmp_path: Path, installed: dict[str, str], installed_version: str | None, cached: bool,
+                       bound: str, rule: str | None) -> None:
+    write_tree(tmp_path / "repo", {"requirements/vendor.txt": "flashinfer==0.2.6+metax3.8.0.7torch2.10\n"})
+    if installed_version:
+        installed["flashinfer"] = installed_version
+    if cached:
+        _cache_entry(tmp_path / "cache", "flashinfer-python==0.2.6", "flashinfer")
+    else:
+        entry = tmp_path / "cache" / "stack-sources" / "flashinfer-python-0.2.6"
+        entry.mkdir(parents=True)
+        (entry / UNAVAILABLE).write_text("pip download flashinfer-python==0.2.6: ERROR: No matching distribution")
+    [b] = bind(tmp_path / "repo", CFG, python=None, manifest=False, cache_dir=tmp_path / "cache")
+    assert b.bound == bound
+    found = binding_findings([b])
+    assert [f.rule for f in found] == ([rule] if rule else [])
+    if bound == "public-base":
+        assert b.stand_in.startswith("public base flashinfer-python==0.2.6 of the pinned vendor build flashinfer==0.2.6+metax")
+        assert (b.root / "flashinfer" / "__init__.py").is_file()
+    if rule == "MXA161":
+        assert found[0].severity is Severity.WARNING and "cached answer" in found[0].evidence[0]
+
+
+def test_manifest_wins_and_no_pins_bind_nothing(tmp_path: Path, installed: dict[str, str]) -> None:
+    write_tree(tmp_path, PINS)
+    assert {b.bound for b in bind(tmp_path, CFG, python=None, manifest=True)} == {"manifest"}
+    assert bind(tmp_path / "requirements", CFG, python=None, manifest=False) == []
+
+
+def test_public_base_from_a_local_sdist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sdist = _sdist(tmp_path / "kern-1.0.tar.gz", "kern-1.0", "kern",
+                   {"__init__.py": "from .api import run\n", "api.py": "def run(x): ...\n", "data.bin": "x"})
+    calls: list[list[str]] = []
+
+    def fake_pip(args: list[str], **kwargs: object) -> subproc.Completed:
+        calls.append(args)
+        dest = Path(args[args.index("-d") + 1])
+        if "--only-binary=:all:" in args:  # no wheel for this release
+            return subproc.Completed(args, 1, "", "ERROR: No matching distribution found for kern==1.0", False)
+        (dest / sdist.name).write_bytes(sdist.read_bytes())
+        return subproc.Completed(args, 0, "", "", False)
+
+    monkeypatch.setattr(subproc, "run", fake_pip)
+    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")
+    assert why == "" and entry is not None
+    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*.py")) == ["kern/__init__.py", "kern/api.py"]
+    assert "--no-build-isolation" in calls[-1]
+    again, _ = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")  # cached: no second download
+    assert again == entry and len(calls) == 2
+
+
+def test_missing_release_is_cached_as_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_pip(args: list[str], **kwargs: object) -> subproc.Completed:
+        return subproc.Completed(args, 1, "", "ERROR: No matching distribution found for kern==1.0", False)
+
+    monkeypatch.setattr(subproc, "run", fake_pip)
+    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path)
+    assert entry is None and "No matching distribution" in why
+    assert (tmp_path / "stack-sources" / "kern-1.0" / UNAVAILABLE).is_file()
+
+
+def test_extract_skips_hostile_and_non_python(tmp_path: Path) -> None:
+    sdist = _sdist(tmp_path / "k.tar.gz", "k-1", "kern", {"__init__.py": "", "a.txt": "x", "sub/b.py": "y = 1\n"})
+    assert extract_sources(sdist, "kern", tmp_path / "out") == 2
+    assert extract_sources(sdist, "other", tmp_path / "out2") == 0
+
+
+def test_local_archive_post_release_stands_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the exact release is absent from the local archives; its post-release is the same code line
+    links = tmp_path / "links"
+    links.mkdir()
+    _sdist(links / "kern_python-1.0.post2.tar.gz", "kern_python-1.0.post2", "kern", {"__init__.py": "A = 1\n"})
+    _sdist(links / "kern_python-1.1.tar.gz", "kern_python-1.1", "kern", {"__init__.py": "A = 2\n"})
+    monkeypatch.setenv(stack_pins.FIND_LINKS_ENV, str(links))
+    monkeypatch.setattr(subproc, "run", lambda *a, **k: pytest.fail("a local archive needs no pip"))
+    entry, _ = public_base("kern-python==1.0", "kern", cache_dir=tmp_path / "cache")
+    assert entry is not None and (entry / "kern/__init__.py").read_text() == "A = 1\n"
+    assert stack_pins.source_of(entry).startswith("kern_python-1.0.post2.tar.gz (instead of 1.0:")
+
+
+@pytest.mark.parametrize(("stand_in", "severity"), [(None, Severity.ERROR), ("public base kern==1.0 of ...", Severity.WARNING)])
+def test_unknown_keyword_against_a_public_base_stand_in_is_a_warning(tmp_path: Path, stand_in: str | None,
+                                                                     severity: Severity) -> None:
+    # the vendor build may extend the API its public base defines: a manifest captured on it decides
+    from metax_audit.checks.signatures import check_signatures
+    from metax_audit.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
+
+    target = "kern.run"
+    fact = CallableFact(target, "ok", "static", signature="(q)", params=(ParamFact("q", "POSITIONAL_OR_KEYWORD"),),
+                        stand_in=stand_in)
+    call = CallSite(Location("port/a.py", 3), "f", "run", target, "external",
+                    (CallArg(None, 0, "q"), CallArg("s_aux", None, "sinks")))
+    [finding] = check_signatures(tmp_path, TraceResult((), (), (call,)), StackFacts("py", "", "", {target: fact}))
+    assert (finding.rule, finding.severity) == ("MXA101", severity)
+    assert any("bound against the public base" in e for e in finding.evidence) == bool(stand_in)
