@@ -189,6 +189,8 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
     typer.echo(summary_line(report), err=True)
     with _Guard():
         code = exit_code(report, fail_on, new_only=new_only)
+    if new_only:  # the verdict counts every finding; say what the gate counted
+        typer.echo(f"gate: --fail-on {fail_on} counts findings new or changed against the baseline only: exit {code}", err=True)
     raise typer.Exit(EXIT_CLEAN if exit_zero else code)
 
 

@@ -60,3 +60,15 @@ def test_new_findings_have_their_own_section_when_a_baseline_is_present() -> Non
 
 def test_a_clean_review_passes() -> None:
     assert first_screen(rf.make_report(findings=[FINDINGS[-1]])).verdict == "PASS: no error and no warning"
+
+
+def test_a_new_error_leads_the_errors_and_the_verdict_counts_it() -> None:
+    old_error = _f("MXA510", Category.LSE, Severity.ERROR, FI, 327, "base 2 reaches a base-e merge")
+    new_error = _f("MXA101", Category.SIGNATURE, Severity.ERROR, FI, 1731, "keyword the installed kernel lacks")
+    marked = [replace(old_error, baseline=BaselineState.UNCHANGED), replace(new_error, baseline=BaselineState.NEW)]
+    screen = first_screen(rf.make_report(findings=marked))
+    # by consequence alone the LSE error ranks first; what the change introduced comes before it
+    assert [f.rule for f in screen.errors] == ["MXA101", "MXA510"]
+    assert screen.verdict.startswith("FAIL: 2 errors (1 new in this change) break on the target stack")
+    unmarked = first_screen(rf.make_report(findings=[old_error, new_error]))
+    assert [f.rule for f in unmarked.errors] == ["MXA510", "MXA101"]

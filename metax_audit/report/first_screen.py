@@ -42,8 +42,9 @@ class FirstScreen:
 
 def first_screen(report: AuditReport) -> FirstScreen:
     live = [f for f in report.findings if not f.waived]
-    errors = tuple(sorted((f for f in live if f.severity is Severity.ERROR), key=_rank))
     has_baseline = any(getattr(f, "baseline", None) is not None for f in report.findings)
+    # What the change introduced leads the errors: a pre-commit user looks for their own break first.
+    errors = tuple(sorted((f for f in live if f.severity is Severity.ERROR), key=lambda f: (not _is_new(f), _rank(f))))
     new = tuple(sorted((f for f in live if _is_new(f)), key=_rank)) if has_baseline else None
     drift = Counter(f.location.path for f in live if f.rule == DRIFT_RULE)
     followed = {f.location.path for f in report.findings if f.rule == FOLLOWED_RULE}
@@ -55,8 +56,10 @@ def first_screen(report: AuditReport) -> FirstScreen:
     warnings = tuple(sorted((f for f in live if f.severity is Severity.WARNING and f.location.path not in left), key=_rank))
     n_err = len(errors)
     n_warn = sum(f.severity is Severity.WARNING for f in live)
+    new_err = sum(_is_new(f) for f in errors)
+    new_part = f" ({new_err} new in this change)" if has_baseline else ""
     if n_err:
-        verdict = f"FAIL: {n_err} error{'s' * (n_err != 1)} break on the target stack; {n_warn} warning{'s' * (n_warn != 1)} to review"
+        verdict = f"FAIL: {n_err} error{'s' * (n_err != 1)}{new_part} break on the target stack; {n_warn} warning{'s' * (n_warn != 1)} to review"
     elif n_warn:
         verdict = f"REVIEW: no error; {n_warn} warning{'s' * (n_warn != 1)} can change what a kernel computes or whether it runs"
     else:
