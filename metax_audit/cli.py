@@ -29,7 +29,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_state = {"debug": False}
+_state = {"debug": False, "main": False}
 
 
 def _version(value: bool) -> None:
@@ -55,16 +55,44 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    _ignore_interrupts()  # the first one unwinds; a second cannot cut the clean-up or the exit short
     raise KeyboardInterrupt
+
+
+def _ignore_interrupts() -> None:
+    """From the first interrupt on, the process (main() only, not a CliRunner's host) ignores SIGINT
+    and SIGTERM: a second Ctrl-C or a CI runner's repeated signal would otherwise raise again inside
+    the snapshot's removal, or kill the interpreter outright once it has reset the handlers while
+    exiting (-2 instead of 130)."""
+    if not _state["main"]:
+        return
+    for name in ("SIGINT", "SIGTERM"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+def _interrupted(message: str) -> int:
+    """The one line of an interrupted run; its exit code, 130."""
+    _ignore_interrupts()
+    # CPython marks a KeyboardInterrupt that escaped code compiled from a string (exec/eval: a
+    # @dataclass or namedtuple being created by a lazy import when the signal came) as unhandled,
+    # and `python -m` then kills itself with SIGINT at exit (-2) whatever exit code we give. Running
+    # any string code clears that mark (pythonrun.c, run_eval_code_obj); this run has handled it.
+    exec("")
+    typer.echo(message, err=True)
+    return 130
 
 
 class _Guard:
     """Maps AuditError (and anything unexpected) to one stderr line and exit 2, no traceback."""
 
     def __enter__(self) -> None:
-        # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so snapshots are removed.
+        # SIGTERM (a CI job cancelled) unwinds like Ctrl-C, so snapshots are removed; Ctrl-C does
+        # too, through the same handler (unless SIGINT was ignored when we started: nohup, `cmd &`).
         if hasattr(signal, "SIGTERM"):
             signal.signal(signal.SIGTERM, _interrupt)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupt)
 
     def __exit__(self, kind, exc, tb) -> bool:  # type: ignore[no-untyped-def]
         if exc is None or isinstance(exc, typer.Exit | SystemExit):
@@ -74,8 +102,7 @@ class _Guard:
 
             traceback.print_exception(exc, file=sys.stderr)
         if isinstance(exc, KeyboardInterrupt):
-            typer.echo("metax-audit: interrupted; the temporary snapshot was removed", err=True)
-            raise typer.Exit(130)
+            raise typer.Exit(_interrupted("metax-audit: interrupted; the temporary snapshot was removed"))
         if isinstance(exc, AuditError):
             raise _fail(str(exc))
         raise _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
@@ -328,8 +355,8 @@ def main() -> None:
     # Non-TTY and CI runs stay quiet and plain; rich only decorates an interactive terminal.
     if os.environ.get("CI"):
         os.environ.setdefault("NO_COLOR", "1")
+    _state["main"] = True
     try:
         app()
-    except KeyboardInterrupt:
-        print("metax-audit: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt:  # one that came before a command's guard was entered
+        sys.exit(_interrupted("metax-audit: interrupted"))
