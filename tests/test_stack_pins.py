@@ -167,3 +167,25 @@ def test_unknown_keyword_against_a_public_base_stand_in_is_a_warning(tmp_path: P
     [finding] = check_signatures(tmp_path, TraceResult((), (), (call,)), StackFacts("py", "", "", {target: fact}))
     assert (finding.rule, finding.severity) == ("MXA101", severity)
     assert any("bound against the public base" in e for e in finding.evidence) == bool(stand_in)
+
+
+@pytest.mark.parametrize(("stand_in", "expected"), [(None, 3), ("public base kern==1.0 of ...", 1)])
+def test_one_keyword_missing_from_a_stand_in_at_several_calls_is_one_root_cause(
+        tmp_path: Path, stand_in: str | None, expected: int) -> None:
+    # against the real kernel each call that cannot bind is its own error; against the public base of a
+    # vendor build the calls share one question (does the vendor build take the keyword?): one finding
+    from metax_audit.checks.signatures import check_signatures
+    from metax_audit.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
+
+    target = "kern.run"
+    fact = CallableFact(target, "ok", "static", signature="(q)", params=(ParamFact("q", "POSITIONAL_OR_KEYWORD"),),
+                        stand_in=stand_in)
+    calls = tuple(CallSite(Location(path, line), "f", "run", target, "external",
+                           (CallArg(None, 0, "q"), CallArg("s_aux", None, "sinks")))
+                  for path, line in (("port/a.py", 3), ("port/a.py", 9), ("port/b.py", 4)))
+    findings = list(check_signatures(tmp_path, TraceResult((), (), calls), StackFacts("py", "", "", {target: fact})))
+    assert [f.rule for f in findings] == ["MXA101"] * expected
+    if stand_in:
+        [one] = findings
+        assert str(one.location) == "port/a.py:3" and one.message.startswith("3 calls pass s_aux=")
+        assert [e for e in one.evidence if e.startswith("also at ")][-1].startswith("also at port/b.py:4:")

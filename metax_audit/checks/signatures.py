@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from metax_audit.checks.stack import build_note, call_text, checked_calls, installed_text, usable
@@ -150,6 +150,7 @@ def check_signatures(
     upstream_calls: Sequence[CallSite] = (),
 ) -> Iterator[Finding]:
     not_checked: dict[str, list[CallSite]] = {}
+    stand_in_keywords: dict[tuple[str, str], list[Finding]] = {}
     for call in checked_calls(trace):
         if not call.resolved or call.resolved not in facts.facts:
             continue  # not a target introspection was asked about: out of this check's scope
@@ -170,9 +171,13 @@ def check_signatures(
                 severity = Severity.WARNING  # the runtime signature may differ from the written one
                 both = (*both, f"note: {fact.error}")
         for arg in b.unknown:
-            yield make_finding("MXA101", _loc(call, arg.name or ""),
-                               f"{call.callee_text}(..., {arg.name}=...) - installed {fact.target} has no parameter {arg.name!r}",
-                               [*both, f"accepted keywords: {_accepted(fact.params)}"], severity=severity)
+            finding = make_finding("MXA101", _loc(call, arg.name or ""),
+                                   f"{call.callee_text}(..., {arg.name}=...) - installed {fact.target} has no parameter {arg.name!r}",
+                                   [*both, f"accepted keywords: {_accepted(fact.params)}"], severity=severity)
+            if fact.stand_in:  # one root cause: the port assumes the vendor build takes this keyword
+                stand_in_keywords.setdefault((fact.target, arg.name or ""), []).append(finding)
+            else:
+                yield finding
         if b.extra_positional:
             takes = sum(1 for p in fact.params if p.kind in ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD"))
             given = takes + len(b.extra_positional)
@@ -187,6 +192,8 @@ def check_signatures(
                                f"{call.callee_text} does not pass {param.name!r}, required by installed {fact.target}", both,
                                severity=severity)
         yield from _moved(call, b, fact.target, both, upstream_calls)
+    for (target, keyword), group in stand_in_keywords.items():
+        yield _one_root_cause(target, keyword, group)
     for target, calls in not_checked.items():
         fact = facts.facts[target]
         first = calls[0]
@@ -194,6 +201,19 @@ def check_signatures(
                            f"{len(calls)} call(s) of {target} not checked: introspection says {fact.status}",
                            [f"fact: {target} status={fact.status} source={fact.source} ({facts.source}): {fact.error or 'no signature'}",
                             *(call_text(root, c) for c in calls[:10])])
+
+
+def _one_root_cause(target: str, keyword: str, group: list[Finding]) -> Finding:
+    """Every call passing one keyword that the public base of a pinned vendor build lacks is one
+    finding: the root cause is one assumption about the vendor build (it may have added the keyword),
+    so it is fixed or confirmed once, not per call site. Each site stays in the evidence."""
+    first = group[0]
+    if len(group) == 1:
+        return first
+    sites = [f"also at {f.location}: {f.message}" for f in group[1:]]
+    return replace(first, message=f"{len(group)} calls pass {keyword}=, which installed {target} has no parameter for; "
+                                  f"first: {first.message}",
+                   evidence=(*first.evidence, *sites))
 
 
 def _decorators(error: str) -> list[str]:
