@@ -85,6 +85,11 @@ ATTRIBUTE_CASES = [
     Case("super-method", CLASS + "class P(UpBase):\n    def hook(self):\n        return super().hook() + super().gone()\n", ("MXA125",), "super().gone"),
     Case("module-attribute", CLASS + "def f():\n    return ub.helper(1, 2) + ub.missing_fn()\n", ("MXA126",), "has no __getattr__"),
     Case("module-getattr", CLASS + "def f():\n    return lazy.anything + lazy.REAL\n", ()),
+    # the object is switched to a subclass at runtime (`self.__class__ = Sub`): Sub's method is there when read
+    Case("class-swapped-at-runtime", CLASS + "class P(UpBase):\n    def f(self):\n        self.__class__ = Sub\n        return self.view()\n\n"
+         "class Sub(P):\n    def view(self):\n        return 1\n", ()),
+    Case("class-swapped-other-name", CLASS + "class P(UpBase):\n    def f(self):\n        self.__class__ = Sub\n        return self.nowhere()\n\n"
+         "class Sub(P):\n    def view(self):\n        return 1\n", ("MXA125",)),
     Case("module-alias-shadowed", CLASS + "def f(ub):\n    return ub.missing_fn()\n", ()),
 ]
 

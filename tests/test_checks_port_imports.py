@@ -56,6 +56,9 @@ CASES = [
     Case("namespace-package", "from port.ns.mod import Y\nfrom port.ns import mod\n", None),
     Case("namespace-missing", "from port.ns import other\n", Severity.ERROR),
     Case("compiled-extension", "import port._C\n", None),
+    # a private submodule setup.py writes at build time (vllm-ascend's _build_info): not in the sources
+    Case("build-time-submodule", "from port import _build_info\n", None),
+    Case("private-name-of-a-module", "from port.own import _gone\n", Severity.ERROR),
     Case("outside-providers", "from torch import nothing_here\n", None),
     Case("try-guarded", "try:\n    from up.core import gone\nexcept ImportError:\n    gone = None\n", Severity.WARNING,
          "guarded: except ImportError: gone = None"),

@@ -228,6 +228,8 @@ def _assigned_anywhere(discovery: Discovery, symbols: SymbolTable) -> set[str]:
     """Attribute names the port's files in scope assign on any object: an instance attribute set
     from outside its class (a builder filling a metadata object) is defined for this check."""
     out: set[str] = set()
+    swapped_to: set[str] = set()  # classes an object is switched to at runtime (`obj.__class__ = Sub`)
+    classes: dict[str, list[ast.ClassDef]] = {}
     for sf in discovery.files:
         info = symbols.index.module_for_path(sf.path) if sf.parse_error is None and sf.path.endswith(".py") else None
         if info is None:
@@ -239,6 +241,19 @@ def _assigned_anywhere(discovery: Discovery, symbols: SymbolTable) -> set[str]:
                 arg = node.args[1]
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     out.add(arg.value)
+            elif isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets):
+                value = node.value
+                name = value.id if isinstance(value, ast.Name) else value.attr if isinstance(value, ast.Attribute) else None
+                if name:
+                    swapped_to.add(name)
+    # After `obj.__class__ = Sub` the object answers with Sub's methods: a read of a name only Sub
+    # defines, written in the class it started as, is defined when it runs.
+    for name in swapped_to:
+        for cls in classes.get(name, []):
+            out.update(n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+            out.update(t.id for n in cls.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name))
     return out
 
 

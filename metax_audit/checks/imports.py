@@ -211,7 +211,13 @@ def _compiled_extension(answer: NameAnswer, symbols: SymbolTable) -> bool:
     """A private port module without Python source (vllm_metax._C): a built extension the snapshot,
     which holds sources only, cannot contain. Not a broken import; the stack pins cover it."""
     last = answer.module.rsplit(".", 1)[-1] if answer.name is None else answer.name
-    return answer.provider is Provider.PORT and answer.status is Status.MISSING_MODULE and last.startswith("_")
+    if answer.provider is not Provider.PORT or not last.startswith("_") or last.startswith("__"):
+        return False
+    if answer.status is Status.MISSING_MODULE:
+        return True
+    # `from vllm_ascend import _build_info`: a private submodule of a port package that setup.py writes
+    # at build time (or a built extension); the name is missing from the package, not from its code.
+    return answer.status is Status.MISSING_NAME and symbols.index.is_package(answer.module)
 
 
 def _uses(info: ModuleInfo, site: ImportSite) -> list[tuple[str, int, str]]:

@@ -151,6 +151,11 @@ class ModuleIndex:
     def exists(self, name: str) -> bool:
         return (name in self._cache and self._cache[name] is not None) or self._file_for(name) is not None
 
+    def is_package(self, name: str) -> bool:
+        """A regular package (a folder with __init__.py) of the port or upstream."""
+        found = self._file_for(name)
+        return found is not None and found[2]
+
     def namespace_dir(self, name: str) -> Path | None:
         """The folder of an implicit namespace package (a directory without __init__.py), if any."""
         origin = self.origin_of(name)
