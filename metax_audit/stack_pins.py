@@ -182,8 +182,11 @@ def binding_findings(bindings: Sequence[StackBinding]) -> list[Finding]:
             found.append(make_finding("MXA160", b.pin.location, f"{b.pin.module}: bound against {b.public}, the public "
                                       f"base of the pinned {b.pin.distribution}=={b.pin.version}", [b.note]))
         elif b.bound == "unbound":
+            # Checked against another installed version, findings about the package may be wrong: a warning.
+            # Nothing installed, its calls were not checked at all: a coverage gap, shown but info.
             found.append(make_finding("MXA161", b.pin.location, f"{b.pin.module}: the pinned {b.pin.distribution}=="
-                                      f"{b.pin.version} could not be bound", [b.note]))
+                                      f"{b.pin.version} could not be bound", [b.note],
+                                      severity=None if b.installed else Severity.INFO))
     return found
 
 

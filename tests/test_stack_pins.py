@@ -187,5 +187,18 @@ def test_one_keyword_missing_from_a_stand_in_at_several_calls_is_one_root_cause(
     assert [f.rule for f in findings] == ["MXA101"] * expected
     if stand_in:
         [one] = findings
-        assert str(one.location) == "port/a.py:3" and one.message.startswith("3 calls pass s_aux=")
+        assert str(one.location) == "port/a.py:3" and one.message.startswith("3 calls pass s_aux=, which the public base of kern")
         assert [e for e in one.evidence if e.startswith("also at ")][-1].startswith("also at port/b.py:4:")
+
+
+@pytest.mark.parametrize(("installed", "severity"), [("0.2.6", Severity.WARNING), (None, Severity.INFO)])
+def test_an_unbound_pin_warns_only_when_another_version_was_checked_instead(installed: str | None,
+                                                                           severity: Severity) -> None:
+    # checked against another installed version, findings may not hold: warning; nothing installed,
+    # nothing was checked: a coverage gap, info
+    from metax_audit.models import Location
+    from metax_audit.stack_pins import StackBinding, StackPin
+
+    pin = StackPin("kern", "1.0+vendor", "kern", Location("requirements/vendor.txt", 3))
+    [finding] = binding_findings([StackBinding(pin, "unbound", installed=installed, note="no public base")])
+    assert (finding.rule, finding.severity) == ("MXA161", severity)

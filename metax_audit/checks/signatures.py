@@ -175,7 +175,8 @@ def check_signatures(
                                    f"{call.callee_text}(..., {arg.name}=...) - installed {fact.target} has no parameter {arg.name!r}",
                                    [*both, f"accepted keywords: {_accepted(fact.params)}"], severity=severity)
             if fact.stand_in:  # one root cause: the port assumes the vendor build takes this keyword
-                stand_in_keywords.setdefault((fact.target, arg.name or ""), []).append(finding)
+                package = fact.target.split(".", 1)[0]
+                stand_in_keywords.setdefault((package, arg.name or ""), []).append(finding)
             else:
                 yield finding
         if b.extra_positional:
@@ -192,8 +193,8 @@ def check_signatures(
                                f"{call.callee_text} does not pass {param.name!r}, required by installed {fact.target}", both,
                                severity=severity)
         yield from _moved(call, b, fact.target, both, upstream_calls)
-    for (target, keyword), group in stand_in_keywords.items():
-        yield _one_root_cause(target, keyword, group)
+    for (package, keyword), group in stand_in_keywords.items():
+        yield _one_root_cause(package, keyword, group)
     for target, calls in not_checked.items():
         fact = facts.facts[target]
         first = calls[0]
@@ -203,7 +204,7 @@ def check_signatures(
                             *(call_text(root, c) for c in calls[:10])])
 
 
-def _one_root_cause(target: str, keyword: str, group: list[Finding]) -> Finding:
+def _one_root_cause(package: str, keyword: str, group: list[Finding]) -> Finding:
     """Every call passing one keyword that the public base of a pinned vendor build lacks is one
     finding: the root cause is one assumption about the vendor build (it may have added the keyword),
     so it is fixed or confirmed once, not per call site. Each site stays in the evidence."""
@@ -211,7 +212,7 @@ def _one_root_cause(target: str, keyword: str, group: list[Finding]) -> Finding:
     if len(group) == 1:
         return first
     sites = [f"also at {f.location}: {f.message}" for f in group[1:]]
-    return replace(first, message=f"{len(group)} calls pass {keyword}=, which installed {target} has no parameter for; "
+    return replace(first, message=f"{len(group)} calls pass {keyword}=, which the public base of {package} has no parameter for; "
                                   f"first: {first.message}",
                    evidence=(*first.evidence, *sites))
 
