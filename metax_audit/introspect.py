@@ -402,8 +402,8 @@ def stack_seen(*, python: str | None = None, extra_path: Sequence[Path] = ()) ->
     """Whether facts were cached for this interpreter with its distributions as they are now, so
     this review will likely be served from the cache. Only a hint, for deciding whether to
     prestart a worker: a wrong answer costs time, never facts (the cache entry decides)."""
-    marker = _marker(python or sys.executable, extra_path)
-    return marker is not None and marker.is_file()
+    key = stack_identity(python, tuple(extra_path))  # one --sys-path subprocess per review, shared
+    return key is not None and (stack_cache_dir() / f"{key}.seen").is_file()
 
 
 @functools.cache
@@ -412,11 +412,6 @@ def stack_identity(python: str | None, extra_path: tuple[Path, ...] = ()) -> str
     part of the stack_seen marker, for result caches; None when it cannot be taken."""
     keys = _cache_keys(python or sys.executable, [], extra_path, [], [])
     return keys[1] if keys else None
-
-
-def _marker(interpreter: str, extra_path: Sequence[Path]) -> Path | None:
-    keys = _cache_keys(interpreter, [], extra_path, [], [])
-    return stack_cache_dir() / f"{keys[1]}.seen" if keys else None
 
 
 def _write_marker(path: Path) -> None:

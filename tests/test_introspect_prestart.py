@@ -103,8 +103,9 @@ def test_review_prestarts_only_for_a_real_stack_not_yet_seen(tmp_path: Path, aud
     worker = _prestart_introspection(config, ReviewOptions(python=sys.executable))
     assert worker is not None
     worker.discard()
-    marker = introspect_mod._marker(sys.executable, ())
-    assert marker is not None
+    key = introspect_mod.stack_identity(sys.executable, ())
+    assert key is not None
+    marker = introspect_mod.stack_cache_dir() / f"{key}.seen"
     marker.parent.mkdir(parents=True)
     marker.write_text("", encoding="utf-8")
     assert _prestart_introspection(config, ReviewOptions(python=sys.executable)) is None  # facts likely cached
