@@ -1,0 +1,160 @@
+# The compare stage: each in-scope port file against its upstream counterpart (by file or by class
+# role), with a base release three-way.
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import replace
+
+from metax_audit.compare.grouping import _comparison_findings
+from metax_audit.compare.load import _index, _load, _port_names, _rename_in_place, _same_text
+from metax_audit.compare.rules import R_UNREADABLE, R_VENDOR_ONLY
+from metax_audit.compare.side import _Env, _PortRefs, _Side
+from metax_audit.compare.structure import _compare_pair
+from metax_audit.compare.three_way import _reclassify_followed, _three_way
+from metax_audit.compare_roles import compare_roles
+from metax_audit.config import AuditConfig
+from metax_audit.consequence import (
+    read_vendor_platform,
+)
+from metax_audit.counterparts import (
+    FileCounterpart,
+    map_classes,
+    map_file,
+    module_of,
+    read_registry,
+    registered_members,
+)
+from metax_audit.findings import make_finding
+from metax_audit.models import (
+    Comparison,
+    Difference,
+    Discovery,
+    FileComparison,
+    Finding,
+    Location,
+    UpstreamInfo,
+)
+from metax_audit.pysource import find_module, read_source_cached
+from metax_audit.roles import UpstreamClasses
+
+
+def compare(
+    discovery: Discovery,
+    config: AuditConfig,
+    upstream: UpstreamInfo | None,
+    base: UpstreamInfo | None = None,
+    scope: frozenset[str] | None = None,
+) -> tuple[Comparison, list[Finding]]:
+    """Compare each in-scope port file with its upstream counterpart; with `base`, three-way.
+    `scope` (dotted modules under review) defaults to discovery's files; the per-file result cache
+    compares a subset of the files against the whole review's scope."""
+    findings: list[Finding] = []
+    files: list[FileComparison] = []
+    drift_all: list[Difference] = []
+    up_root = upstream.root if upstream else None
+    env = _Env(read_vendor_platform(discovery.root, config.platform_path), _PortRefs(discovery.root, config.port_package),
+               upstream.version if upstream else None, base.version if base else None,
+               vendor_words=frozenset(w for m in config.modification_markers for w in re.findall(r"[a-z]{3,}", m.lower())[:1]))
+    registry = read_registry(up_root, config.upstream_package)
+    up_classes = UpstreamClasses(up_root, config.upstream_package) if up_root is not None else None
+
+    def port_loader(module: str) -> tuple[ast.Module, str] | None:
+        """A port module's tree (the port's own intermediate base classes), from the shared parse cache."""
+        if not (module == config.port_package or module.startswith(config.port_package + ".")):
+            return None
+        rel = find_module(discovery.root, module)
+        tree = read_source_cached(discovery.root, rel, config.max_file_bytes).tree if rel else None
+        return (tree, rel) if tree is not None and rel is not None else None
+
+    in_scope = scope if scope is not None else frozenset(module_of(f.path) for f in discovery.files)
+    # Registrations discover found (decorators and platform calls), keyed by the file holding the class.
+    by_file: dict[str, dict[str, str]] = {}
+    for r in discovery.registrations:
+        if r.kind in {"attention-backend", "decorator"} and r.resolved_path:
+            member = r.name if "." in r.name else f"AttentionBackendEnum.{r.name}"
+            by_file.setdefault(r.resolved_path, {})[r.class_path.rsplit(".", 1)[-1]] = member
+    for src in discovery.files:
+        if not src.path.endswith(".py"):
+            continue
+        if src.parse_error:  # discover already reported it (MXA001 / MXA002)
+            files.append(FileComparison(src.path, None, vendor_only=False))
+            continue
+        port = _load(discovery.root / src.path, src.path, config)
+        if port is None:
+            files.append(FileComparison(src.path, None, vendor_only=False))
+            findings.append(make_finding(R_UNREADABLE, Location(src.path), f"{src.path} could not be parsed; not compared"))
+            continue
+        registered = registered_members(port.tree)
+        registered.update({c: m for c, m in by_file.get(src.path, {}).items() if c in port.classes})
+        cp = map_file(src.path, config, up_root, registered, registry, port.tree, up_classes, port_loader)
+        if up_root is None:
+            files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
+            continue
+        if cp.vendor_only:
+            files.append(FileComparison(src.path, None, vendor_only=True, declared_blocks=len(port.comments.blocks)))
+            findings.append(make_finding(
+                R_VENDOR_ONLY, Location(src.path), f"{src.path} has no upstream counterpart in {upstream.package if upstream else 'upstream'} {(upstream.version or '') if upstream else ''}".strip(),
+                [cp.why_not or f"no {cp.upstream_path or 'mapped path'} under upstream; no registered enum member points to an upstream file"],
+            ))
+            continue
+        if cp.how == "role" and up_root is not None:
+            files.append(_compare_by_role(src.path, port, cp, config, up_classes, base, upstream, findings, drift_all, env))
+            continue
+        up = _load(up_root / (cp.upstream_path or ""), cp.upstream_path or "", config, port_side=False)
+        if up is None:
+            files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
+            findings.append(make_finding(R_UNREADABLE, Location(src.path), f"upstream counterpart {cp.upstream_path} could not be read or parsed"))
+            continue
+        up_module = module_of(cp.upstream_path or "")
+        class_map = map_classes(port.classes, up.classes, config, up_module, registered, registry)
+        port.rename = {k: v for k, v in class_map.items() if k != v}
+        if port.rename:
+            # The parsed tree is shared with the other stages (pysource cache): rename on a private parse.
+            port.tree = ast.parse(port.text)
+            _rename_in_place(port.tree, port.rename)
+        _index(port, class_map)
+        base_file = base.root / (cp.upstream_path or "") if base is not None and base.root is not None else None
+        file_env = env
+        if base_file is not None and _same_text(base_file, up.text):
+            base_file = None  # upstream did not touch this file between the releases: every difference is the port's
+            file_env = replace(env, base_state="same")
+        elif base is not None:
+            file_env = replace(env, base_state="side")
+        base_side = _load(base_file, cp.upstream_path or "", config, port_side=False) if base_file is not None else None
+        port_names = _port_names(port, config.port_package)
+        file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, src.path))
+        diffs = list(_compare_pair(port, up, cp, base_side, in_scope, file_env, port_names))
+        drift: list[Difference] = []
+        if base_side is not None:
+            drift = list(_three_way(port, up, base_side, cp, file_env))
+            diffs = _reclassify_followed(diffs, drift)
+            # Hunks the port kept in the base form belong to the three-way view too.
+            seen = {(d.symbol, d.line) for d in drift}
+            drift += [d for d in diffs if d.kind == "upstream-not-followed" and (d.symbol, d.line) not in seen]
+            drift_all.extend(drift)
+        diffs.sort(key=lambda d: (d.line, d.kind, d.symbol))
+        files.append(FileComparison(
+            src.path, cp.upstream_path, vendor_only=False, class_map=dict(class_map),
+            differences=tuple(diffs), declared_blocks=len(port.comments.blocks),
+        ))
+        findings.extend(_comparison_findings(diffs, drift, cp, file_env))
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift_all)), findings
+
+
+def _compare_by_role(path: str, port: _Side, cp: FileCounterpart, config: AuditConfig, up_classes: UpstreamClasses | None,
+                     base: UpstreamInfo | None, upstream: UpstreamInfo | None, findings: list[Finding],
+                     drift_all: list[Difference], env: _Env) -> FileComparison:
+    """A file whose classes take upstream classes' roles: their contracts, not a copied file's lines."""
+    assert up_classes is not None
+    old = UpstreamClasses(base.root, config.upstream_package) if base is not None and base.root is not None else None
+    versions = f"{base.version if base else '?'} -> {upstream.version if upstream else '?'}"
+    pairs, role_findings = compare_roles(path, port.tree, list(cp.roles), up_classes, old, versions)
+    findings.extend(role_findings)
+    for diff, up_path in pairs:
+        drift_all.append(diff)
+        attributed = replace(diff, attribution="drift") if diff.kind == "upstream-not-followed" else diff
+        findings.extend(_comparison_findings([], [attributed], replace(cp, upstream_path=up_path), env))
+    return FileComparison(path, cp.upstream_path, vendor_only=False,
+                          class_map={p.port_class: p.upstream_class for p in cp.roles},
+                          differences=tuple(d for d, _ in pairs), declared_blocks=len(port.comments.blocks))
