@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from metax_audit.compare.grouping import _comparison_findings
 from metax_audit.compare.load import _index, _load, _port_names, _rename_in_place, _same_text
@@ -33,10 +35,34 @@ from metax_audit.models import (
     FileComparison,
     Finding,
     Location,
+    SourceFile,
     UpstreamInfo,
 )
 from metax_audit.pysource import find_module, read_source_cached
 from metax_audit.roles import UpstreamClasses
+
+
+@dataclass
+class _Run:
+    """One review's comparison: its inputs, what every file shares, and what the files produced so far."""
+
+    discovery: Discovery
+    config: AuditConfig
+    upstream: UpstreamInfo | None
+    base: UpstreamInfo | None
+    env: _Env
+    registry: dict[str, str]
+    up_classes: UpstreamClasses | None
+    in_scope: frozenset[str]
+    by_file: dict[str, dict[str, str]]  # registrations discover found, keyed by the file holding the class
+    port_loader: Callable[[str], tuple[ast.Module, str] | None]
+    findings: list[Finding] = field(default_factory=list)
+    files: list[FileComparison] = field(default_factory=list)
+    drift_all: list[Difference] = field(default_factory=list)
+
+    @property
+    def up_root(self) -> Path | None:
+        return self.upstream.root if self.upstream else None
 
 
 def compare(
@@ -49,97 +75,127 @@ def compare(
     """Compare each in-scope port file with its upstream counterpart; with `base`, three-way.
     `scope` (dotted modules under review) defaults to discovery's files; the per-file result cache
     compares a subset of the files against the whole review's scope."""
-    findings: list[Finding] = []
-    files: list[FileComparison] = []
-    drift_all: list[Difference] = []
+    run = _setup(discovery, config, upstream, base, scope)
+    for src in discovery.files:
+        if src.path.endswith(".py"):
+            _compare_file(run, src)
+    return Comparison(upstream=upstream, base=base, files=tuple(run.files), drift=tuple(run.drift_all)), run.findings
+
+
+def _setup(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
+           scope: frozenset[str] | None) -> _Run:
     up_root = upstream.root if upstream else None
     env = _Env(read_vendor_platform(discovery.root, config.platform_path), _PortRefs(discovery.root, config.port_package),
                upstream.version if upstream else None, base.version if base else None,
                vendor_words=frozenset(w for m in config.modification_markers for w in re.findall(r"[a-z]{3,}", m.lower())[:1]))
     registry = read_registry(up_root, config.upstream_package)
     up_classes = UpstreamClasses(up_root, config.upstream_package) if up_root is not None else None
+    in_scope = scope if scope is not None else frozenset(module_of(f.path) for f in discovery.files)
+    return _Run(discovery, config, upstream, base, env, registry, up_classes, in_scope, _registrations_by_file(discovery),
+                _port_loader(discovery.root, config))
 
+
+def _port_loader(root: Path, config: AuditConfig) -> Callable[[str], tuple[ast.Module, str] | None]:
     def port_loader(module: str) -> tuple[ast.Module, str] | None:
         """A port module's tree (the port's own intermediate base classes), from the shared parse cache."""
         if not (module == config.port_package or module.startswith(config.port_package + ".")):
             return None
-        rel = find_module(discovery.root, module)
-        tree = read_source_cached(discovery.root, rel, config.max_file_bytes).tree if rel else None
+        rel = find_module(root, module)
+        tree = read_source_cached(root, rel, config.max_file_bytes).tree if rel else None
         return (tree, rel) if tree is not None and rel is not None else None
 
-    in_scope = scope if scope is not None else frozenset(module_of(f.path) for f in discovery.files)
-    # Registrations discover found (decorators and platform calls), keyed by the file holding the class.
+    return port_loader
+
+
+def _registrations_by_file(discovery: Discovery) -> dict[str, dict[str, str]]:
+    """Registrations discover found (decorators and platform calls), keyed by the file holding the class."""
     by_file: dict[str, dict[str, str]] = {}
     for r in discovery.registrations:
         if r.kind in {"attention-backend", "decorator"} and r.resolved_path:
             member = r.name if "." in r.name else f"AttentionBackendEnum.{r.name}"
             by_file.setdefault(r.resolved_path, {})[r.class_path.rsplit(".", 1)[-1]] = member
-    for src in discovery.files:
-        if not src.path.endswith(".py"):
-            continue
-        if src.parse_error:  # discover already reported it (MXA001 / MXA002)
-            files.append(FileComparison(src.path, None, vendor_only=False))
-            continue
-        port = _load(discovery.root / src.path, src.path, config)
-        if port is None:
-            files.append(FileComparison(src.path, None, vendor_only=False))
-            findings.append(make_finding(R_UNREADABLE, Location(src.path), f"{src.path} could not be parsed; not compared"))
-            continue
-        registered = registered_members(port.tree)
-        registered.update({c: m for c, m in by_file.get(src.path, {}).items() if c in port.classes})
-        cp = map_file(src.path, config, up_root, registered, registry, port.tree, up_classes, port_loader)
-        if up_root is None:
-            files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
-            continue
-        if cp.vendor_only:
-            files.append(FileComparison(src.path, None, vendor_only=True, declared_blocks=len(port.comments.blocks)))
-            findings.append(make_finding(
-                R_VENDOR_ONLY, Location(src.path), f"{src.path} has no upstream counterpart in {upstream.package if upstream else 'upstream'} {(upstream.version or '') if upstream else ''}".strip(),
-                [cp.why_not or f"no {cp.upstream_path or 'mapped path'} under upstream; no registered enum member points to an upstream file"],
-            ))
-            continue
-        if cp.how == "role" and up_root is not None:
-            files.append(_compare_by_role(src.path, port, cp, config, up_classes, base, upstream, findings, drift_all, env))
-            continue
-        up = _load(up_root / (cp.upstream_path or ""), cp.upstream_path or "", config, port_side=False)
-        if up is None:
-            files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
-            findings.append(make_finding(R_UNREADABLE, Location(src.path), f"upstream counterpart {cp.upstream_path} could not be read or parsed"))
-            continue
-        up_module = module_of(cp.upstream_path or "")
-        class_map = map_classes(port.classes, up.classes, config, up_module, registered, registry)
-        port.rename = {k: v for k, v in class_map.items() if k != v}
-        if port.rename:
-            # The parsed tree is shared with the other stages (pysource cache): rename on a private parse.
-            port.tree = ast.parse(port.text)
-            _rename_in_place(port.tree, port.rename)
-        _index(port, class_map)
-        base_file = base.root / (cp.upstream_path or "") if base is not None and base.root is not None else None
-        file_env = env
-        if base_file is not None and _same_text(base_file, up.text):
-            base_file = None  # upstream did not touch this file between the releases: every difference is the port's
-            file_env = replace(env, base_state="same")
-        elif base is not None:
-            file_env = replace(env, base_state="side")
-        base_side = _load(base_file, cp.upstream_path or "", config, port_side=False) if base_file is not None else None
-        port_names = _port_names(port, config.port_package)
-        file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, src.path))
-        diffs = list(_compare_pair(port, up, cp, base_side, in_scope, file_env, port_names))
-        drift: list[Difference] = []
-        if base_side is not None:
-            drift = list(_three_way(port, up, base_side, cp, file_env))
-            diffs = _reclassify_followed(diffs, drift)
-            # Hunks the port kept in the base form belong to the three-way view too.
-            seen = {(d.symbol, d.line) for d in drift}
-            drift += [d for d in diffs if d.kind == "upstream-not-followed" and (d.symbol, d.line) not in seen]
-            drift_all.extend(drift)
-        diffs.sort(key=lambda d: (d.line, d.kind, d.symbol))
-        files.append(FileComparison(
-            src.path, cp.upstream_path, vendor_only=False, class_map=dict(class_map),
-            differences=tuple(diffs), declared_blocks=len(port.comments.blocks),
+    return by_file
+
+
+def _compare_file(run: _Run, src: SourceFile) -> None:
+    """One port file: recorded as not compared, vendor-only, by role, or compared with its counterpart."""
+    files, findings, config, upstream = run.files, run.findings, run.config, run.upstream
+    if src.parse_error:  # discover already reported it (MXA001 / MXA002)
+        files.append(FileComparison(src.path, None, vendor_only=False))
+        return
+    port = _load(run.discovery.root / src.path, src.path, config)
+    if port is None:
+        files.append(FileComparison(src.path, None, vendor_only=False))
+        findings.append(make_finding(R_UNREADABLE, Location(src.path), f"{src.path} could not be parsed; not compared"))
+        return
+    registered = registered_members(port.tree)
+    registered.update({c: m for c, m in run.by_file.get(src.path, {}).items() if c in port.classes})
+    cp = map_file(src.path, config, run.up_root, registered, run.registry, port.tree, run.up_classes, run.port_loader)
+    if run.up_root is None:
+        files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
+        return
+    if cp.vendor_only:
+        files.append(FileComparison(src.path, None, vendor_only=True, declared_blocks=len(port.comments.blocks)))
+        findings.append(make_finding(
+            R_VENDOR_ONLY, Location(src.path), f"{src.path} has no upstream counterpart in {upstream.package if upstream else 'upstream'} {(upstream.version or '') if upstream else ''}".strip(),
+            [cp.why_not or f"no {cp.upstream_path or 'mapped path'} under upstream; no registered enum member points to an upstream file"],
         ))
-        findings.extend(_comparison_findings(diffs, drift, cp, file_env))
-    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift_all)), findings
+        return
+    if cp.how == "role" and run.up_root is not None:
+        files.append(_compare_by_role(src.path, port, cp, config, run.up_classes, run.base, upstream, findings, run.drift_all, run.env))
+        return
+    up = _load(run.up_root / (cp.upstream_path or ""), cp.upstream_path or "", config, port_side=False)
+    if up is None:
+        files.append(FileComparison(src.path, cp.upstream_path, vendor_only=False, declared_blocks=len(port.comments.blocks)))
+        findings.append(make_finding(R_UNREADABLE, Location(src.path), f"upstream counterpart {cp.upstream_path} could not be read or parsed"))
+        return
+    _compare_counterpart(run, src.path, port, up, cp, registered)
+
+
+def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileCounterpart, registered: dict[str, str]) -> None:
+    """A port file with its upstream counterpart (two-way), and with the base release three-way."""
+    config = run.config
+    up_module = module_of(cp.upstream_path or "")
+    class_map = map_classes(port.classes, up.classes, config, up_module, registered, run.registry)
+    port.rename = {k: v for k, v in class_map.items() if k != v}
+    if port.rename:
+        # The parsed tree is shared with the other stages (pysource cache): rename on a private parse.
+        port.tree = ast.parse(port.text)
+        _rename_in_place(port.tree, port.rename)
+    _index(port, class_map)
+    base_side, file_env = _base_side(run, cp, up)
+    port_names = _port_names(port, config.port_package)
+    file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, path))
+    diffs = list(_compare_pair(port, up, cp, base_side, run.in_scope, file_env, port_names))
+    drift: list[Difference] = []
+    if base_side is not None:
+        drift = list(_three_way(port, up, base_side, cp, file_env))
+        diffs = _reclassify_followed(diffs, drift)
+        # Hunks the port kept in the base form belong to the three-way view too.
+        seen = {(d.symbol, d.line) for d in drift}
+        drift += [d for d in diffs if d.kind == "upstream-not-followed" and (d.symbol, d.line) not in seen]
+        run.drift_all.extend(drift)
+    diffs.sort(key=lambda d: (d.line, d.kind, d.symbol))
+    run.files.append(FileComparison(
+        path, cp.upstream_path, vendor_only=False, class_map=dict(class_map),
+        differences=tuple(diffs), declared_blocks=len(port.comments.blocks),
+    ))
+    run.findings.extend(_comparison_findings(diffs, drift, cp, file_env))
+
+
+def _base_side(run: _Run, cp: FileCounterpart, up: _Side) -> tuple[_Side | None, _Env]:
+    """The base release's side of the file (None when there is no base or upstream did not change the
+    file since it), and the file's environment saying which."""
+    base, env = run.base, run.env
+    base_file = base.root / (cp.upstream_path or "") if base is not None and base.root is not None else None
+    file_env = env
+    if base_file is not None and _same_text(base_file, up.text):
+        base_file = None  # upstream did not touch this file between the releases: every difference is the port's
+        file_env = replace(env, base_state="same")
+    elif base is not None:
+        file_env = replace(env, base_state="side")
+    base_side = _load(base_file, cp.upstream_path or "", run.config, port_side=False) if base_file is not None else None
+    return base_side, file_env
 
 
 def _compare_by_role(path: str, port: _Side, cp: FileCounterpart, config: AuditConfig, up_classes: UpstreamClasses | None,
