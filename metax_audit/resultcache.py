@@ -9,7 +9,7 @@
   manifest's bytes, or the stat of every --extra-path file);
 - the options that change findings (scope PATHS, config file, static roots);
 - the content: for a whole review every exported file's bytes, for a file its bytes and those of
-  the upstream/base counterparts it is compared with (compare.py decides which).
+  the upstream/base counterparts it is compared with (the compare package decides which).
 
 The baseline review of `review --staged` (HEAD) is normally served whole: the staged snapshot that
 became HEAD was reviewed by the last pre-commit run. A one-file change recomputes the compare
