@@ -67,74 +67,47 @@ def test_probe_registry_has_no_broken_module() -> None:
     assert registry().broken == {}
 
 
-# The stages in data-flow order (DESIGN.md); a module of one stage never imports a later one.
-# The dataflow stage records facts that checks/lse.py and checks/scales.py judge, so it comes first.
-STAGES = ("snapshot", "discover", "upstream", "trace", "introspect", "compare", "dataflow", "checks", "probing",
-          "inventory", "report")
+# The import graph, its cycles and its backward edges come from benchmarks/import_graph.py (which prints
+# them for a note); the stages in data-flow order are its STAGES: a module of one stage never imports a
+# later one.
+def _graph_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("import_graph", REPO / "benchmarks" / "import_graph.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """module -> the project modules it imports when it runs (module level and in functions; an
-    `if TYPE_CHECKING:` import is for annotations only and never runs)."""
-    import ast
-
-    known = set(MODULES)
-    graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for name in MODULES:
-        path = REPO / Path(*name.split("."))
-        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {id(n) for guard in ast.walk(tree) if isinstance(guard, ast.If)
-                       and ast.unparse(guard.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-                       for stmt in guard.body for n in ast.walk(stmt)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")
-                    base = ".".join([*parts[: len(parts) - node.level + 1], *([node.module] if node.module else [])])
-                targets = [base, *(f"{base}.{a.name}" for a in node.names)]
-            else:
-                continue
-            for target in targets:
-                while target and target not in known:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    graph[name].add(target)
-    return graph
+GRAPH = _graph_tool()
 
 
-def _stage(module: str) -> int | None:
-    parts = module.split(".")
-    return STAGES.index(parts[1]) if parts[0] == "metax_audit" and len(parts) > 1 and parts[1] in STAGES else None
+def test_the_graph_walks_the_same_modules() -> None:
+    assert set(GRAPH.module_files(REPO)) == set(MODULES)
 
 
 def test_no_import_cycle() -> None:
-    graph = _import_graph()
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    cycles: list[str] = []
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join([*path[path.index(nxt):], nxt]))
-            elif nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
-    assert cycles == []
+    assert GRAPH.cycles(GRAPH.import_graph(REPO)) == []
 
 
 def test_no_stage_imports_a_later_stage() -> None:
-    forward = [f"{a} -> {b}" for a, targets in sorted(_import_graph().items()) for b in sorted(targets)
-               if (sa := _stage(a)) is not None and (sb := _stage(b)) is not None and sb > sa]
-    assert forward == []
+    assert GRAPH.backward_edges(GRAPH.import_graph(REPO)) == []
+
+
+def test_the_graph_tool_finds_a_cycle_and_a_backward_edge(tmp_path: Path) -> None:
+    from conftest import write_tree
+
+    write_tree(tmp_path, {
+        "metax_audit/__init__.py": "",
+        "metax_audit/discover.py": "from metax_audit import report\n",
+        "metax_audit/report/__init__.py": "",
+        "metax_audit/report/markdown.py": "def f():\n    from metax_audit.report.json_report import render\n",
+        "metax_audit/report/json_report.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                             "    from metax_audit import discover\nfrom .markdown import f\n",
+        "probes/__init__.py": "",
+    })
+    graph = GRAPH.import_graph(tmp_path)
+    assert GRAPH.cycles(graph) == ["metax_audit.report.json_report -> metax_audit.report.markdown -> "
+                                   "metax_audit.report.json_report"]
+    assert GRAPH.backward_edges(graph) == ["metax_audit.discover -> metax_audit.report"]
