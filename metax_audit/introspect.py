@@ -1,4 +1,4 @@
-# Installed-stack introspection: runs introspect_worker.py with the target interpreter in a
+# Installed-stack introspection: runs the introspect_worker package with the target interpreter in a
 # subprocess (a hang or crash of the audited kernel package is a fact), and reads/writes manifests.
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from metax_audit import subproc, tempdirs
 from metax_audit.errors import IntrospectError, SubprocessError
 from metax_audit.models import CallableFact, Discovery, FactStatus, ParamFact, StackFacts, TraceResult
 
-WORKER = Path(__file__).with_name("introspect_worker.py")
-# The port packages the worker must refuse (JSON list); read by introspect_worker.enter_site, a
+WORKER = Path(__file__).with_name("introspect_worker") / "__main__.py"
+# The port packages the worker must refuse (JSON list); read by introspect_worker.fence.enter_site, a
 # standalone script this module never imports.
 FENCE_ENV = "METAX_AUDIT_NEVER_IMPORT"
 MANIFEST_SCHEMA = "metax-audit/stack/v1"
@@ -211,7 +211,7 @@ def _run_worker(
 
 def worker_command(interpreter: str) -> list[str]:
     """The worker's command line: -S so that site (its .pth files and any sitecustomize) only runs
-    inside the worker once the fence against the port stands (introspect_worker.enter_site)."""
+    inside the worker once the fence against the port stands (introspect_worker.fence.enter_site)."""
     return [interpreter, "-B", "-S", str(WORKER)]
 
 

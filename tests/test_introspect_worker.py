@@ -11,7 +11,7 @@ from conftest import write_tree
 
 from metax_audit.errors import IntrospectError
 from metax_audit.introspect import introspect, load_manifest, write_manifest
-from metax_audit.introspect_worker import kwargs_usage, pybind_signature
+from metax_audit.introspect_worker.signatures import kwargs_usage, pybind_signature
 
 GOOD = '''
 import functools
@@ -184,12 +184,16 @@ def test_kwargs_usage(body: str, reads: list[str], forwarded: bool) -> None:
 
 
 def test_worker_is_stdlib_only_at_module_level() -> None:
+    """Each module of the worker package imports the stdlib and its siblings (relative) only."""
     import ast
 
-    src = Path(__file__).parents[1].joinpath("metax_audit", "introspect_worker.py").read_text()
-    tops = {a.name.split(".")[0] for n in ast.parse(src).body if isinstance(n, ast.Import) for a in n.names}
-    tops |= {n.module.split(".")[0] for n in ast.parse(src).body if isinstance(n, ast.ImportFrom) and n.module}
-    assert tops <= set(sys.stdlib_module_names) | {"__future__"}
+    files = sorted(Path(__file__).parents[1].joinpath("metax_audit", "introspect_worker").glob("*.py"))
+    assert {f.name for f in files} >= {"__init__.py", "__main__.py", "protocol.py", "fence.py"}
+    for path in files:
+        body = ast.parse(path.read_text()).body
+        tops = {a.name.split(".")[0] for n in body if isinstance(n, ast.Import) for a in n.names}
+        tops |= {n.module.split(".")[0] for n in body if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+        assert tops <= set(sys.stdlib_module_names) | {"__future__"}, path.name
 
 
 def test_port_is_read_from_the_snapshot_never_imported(tmp_path: Path) -> None:

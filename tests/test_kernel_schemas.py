@@ -8,7 +8,7 @@ from pathlib import Path
 from metax_audit.config import AuditConfig, _from_mapping
 from metax_audit.errors import ConfigError
 from metax_audit.introspect import introspect
-from metax_audit.introspect_worker import schema_fact
+from metax_audit.introspect_worker.schemas import schema_fact
 
 STACK = Path(__file__).parent / "fixtures" / "npu_port" / "stack"
 ROOTS = [str(STACK)]
