@@ -64,6 +64,11 @@ class Forked(Generic[T]):
         os.close(write)
         self._pid, self._read = pid, read
 
+    @property
+    def started(self) -> bool:
+        """Whether a child runs it (else result() computes it here)."""
+        return self._pid is not None
+
     def result(self) -> T:
         if self._read is None:
             return self._fn()

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from metax_audit import introspect as introspect_mod
     from metax_audit.contracts import Contracts
     from metax_audit.dataflow import LseFlow
+    from metax_audit.incremental import CompareAhead
     from metax_audit.stack_pins import StackBinding
     from metax_audit.trace.symbols import SymbolTable
 
@@ -77,6 +78,7 @@ class _Run:
     stages: list[StageRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)  # run when the review ends, however
+    export: tuple[str, ...] = ()  # what the snapshot exported (the revision memo's key, incremental.py)
 
     @contextmanager
     def stage(self, name: str, progress: Progress, detail: str = "") -> Iterator[list[str]]:
@@ -109,11 +111,14 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
         if rev is not None:
             progress.stage("baseline", rev)
             begun = time.perf_counter()
-            base = _review_one(baseline_mod.baseline_options(options, rev), progress, False).report
+            base_options = baseline_mod.baseline_options(options, rev)
+            served = _served_revision(base_options, progress)
+            base = served or _review_one(base_options, progress, False).report
             report = baseline_mod.compare_with(result.report, base, rev)
             info = report.baseline_info
             note = (f"{rev} {(base.snapshot.commit or '')[:12]}: {info['new']} new, {info['changed']} changed, "
-                    f"{info['unchanged']} unchanged, {info['fixed']} fixed")
+                    f"{info['unchanged']} unchanged, {info['fixed']} fixed"
+                    + ("; its review served from the result cache without a snapshot" if served else ""))
             report = replace(report, stages=(*report.stages, StageRecord("baseline", True,
                                                                            round(time.perf_counter() - begun, 3), note)),
                              wall_seconds=round(time.perf_counter() - started, 2))
@@ -131,11 +136,11 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     mode, rev, mode_note = options.mode, options.rev, ""
     if mode is None:
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
-    run = _Run()
     hint = export_config(options.repo, mode, options.config_file)
     package = hint.port_package
     # The static stages read only the port package, its config, C++ sources and stack pins; --test needs all.
     only = () if options.test_command else static_export(package, hint)
+    run = _Run(export=only)
     with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
         if mode_note:
             snap = replace(snap, notes=(*snap.notes, mode_note))
@@ -180,7 +185,14 @@ def _audit_snapshot(
     changed = departures(config)
     if changed:  # a config that narrows scope or raises limits is itself part of the record
         run.stages.append(StageRecord("config", True, 0.0, "the config narrows the review: " + "; ".join(changed)))
-    entry = _result_key(snap, config, options, progress)
+    entry = None
+    if _cacheable(options):
+        from metax_audit import incremental, resultcache
+
+        digest = resultcache.tree_digest(snap.root)
+        entry = _result_key(digest, config, options, progress)
+        if entry is not None and snap.mode == "rev" and snap.commit:
+            incremental.remember_revision(snap.commit, run.export, options.config_file, snap.root, digest, config)
     cached = _served_from_cache(entry, snap, run, started)
     if cached is not None:
         return _waived(cached, snap, config, options, generate_waivers)
@@ -196,15 +208,19 @@ def _audit_snapshot(
     return _waived(report, snap, config, options, generate_waivers)
 
 
-def _result_key(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, progress: Progress) -> str | None:
-    """The result-cache key of this review (resultcache.py), None when it must run afresh (--test,
-    --probe: their results depend on more than the sources)."""
+def _cacheable(options: ReviewOptions) -> bool:
+    """Whether the result cache serves this review: not --test, --probe (their results depend on more
+    than the sources) or --no-cache."""
+    return not (options.test_command or options.run_probes or options.no_cache)
+
+
+def _result_key(digest: str, config: AuditConfig, options: ReviewOptions, progress: Progress) -> str | None:
+    """The result-cache key of the review of a snapshot whose export has this tree digest (resultcache.py),
+    None when the stack cannot be identified."""
     from metax_audit import resultcache
     from metax_audit.introspect import stack_identity
     from metax_audit.upstream import resolve_upstream
 
-    if options.test_command or options.run_probes or options.no_cache:
-        return None
     spec = options.upstream or (config.upstream_package if _installed_upstream_available(config) else None)
     if spec is not None:
         progress.stage("upstream", spec)  # resolved once here (a first download happens now), then instant
@@ -218,7 +234,7 @@ def _result_key(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions,
         stack = stack_identity(options.python, tuple(options.extra_path))
         if stack is None:
             return None
-    return resultcache.key("review", resultcache.tree_digest(snap.root), resultcache.upstream_identity(upstream),
+    return resultcache.key("review", digest, resultcache.upstream_identity(upstream),
                            resultcache.upstream_identity(base),
                            resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack))
 
@@ -239,6 +255,27 @@ def _served_from_cache(entry: str | None, snap: SnapshotInfo, run: _Run, started
                 for s in report.stages if s.name != "snapshot"))
     return replace(report, snapshot=snap, stages=stages, wall_seconds=round(time.perf_counter() - started, 2),
                    generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+
+
+def _served_revision(options: ReviewOptions, progress: Progress) -> AuditReport | None:
+    """The review of revision options.rev served from the revision memo and the result cache without
+    exporting a snapshot (incremental.py), waivers applied as _waived does; None on any miss."""
+    from metax_audit import incremental, resultcache
+    from metax_audit.waivers import apply_waivers
+
+    if not _cacheable(options) or options.rev is None:
+        return None
+    found = incremental.revision_commit(options.repo, options.rev)
+    hint = export_config(options.repo, "rev", options.config_file)
+    memo = found and incremental.revision_entry(found[1], static_export(hint.port_package, hint), options.config_file,
+                                                options.waivers)
+    entry = _result_key(memo.digest, memo.config, options, progress) if memo else None
+    hit = resultcache.load("review", entry) if memo and entry else None
+    if not (memo and isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
+        return None
+    with incremental.waivers_file(memo, options.waivers) as path:
+        findings, summary = apply_waivers(hit[1].findings, path, options.today)
+    return replace(hit[1], findings=tuple(findings), waivers=summary)
 
 
 def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:
@@ -309,6 +346,10 @@ class _Background:
 def _audit_stages(st: _Stages, background: _Background, started: float) -> AuditReport:
     discovery = _discover_stage(st)
     upstream, base = _upstream_stage(st)
+    from metax_audit.incremental import start_compare
+
+    ahead = start_compare(background.fork, discovery, st.config, upstream, base, repo=st.snap.repo,
+                          paths=st.options.paths, use_cache=not st.options.no_cache)  # on the other core during the trace
     symbols = _symbols(st, upstream, base)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     stand_ins = _stack_pins_stage(st)
@@ -320,7 +361,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
                     *_kernel_source_roots(st))
     collect_facts = _introspect(discovery, trace, st.config, replace(st.options, static_roots=static_roots), st.run,
                                 st.progress, background, stand_ins)
-    comparison = _compare_stage(st, discovery, upstream, base)
+    comparison = _compare_stage(st, discovery, upstream, base, ahead)
     facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding.result)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
@@ -467,18 +508,19 @@ def _stack_pins_stage(st: _Stages) -> tuple[StackBinding, ...]:
 
 
 def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
-                   ) -> Comparison | None:
+                   ahead: CompareAhead | None = None) -> Comparison | None:
     if upstream is None:
         st.run.skipped("compare", "no upstream sources")
         return None
     with st.run.stage("compare", st.progress) as notes:
         from metax_audit.resultcache import cached_compare
 
-        comparison, compare_findings, recomputed = cached_compare(discovery, st.config, upstream, base,
-                                                                  use_cache=not st.options.no_cache)
+        comparison, compare_findings, recomputed = (ahead and ahead.take(discovery)) or cached_compare(
+            discovery, st.config, upstream, base, use_cache=not st.options.no_cache)
         st.run.findings += compare_findings
         notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences"
-                     + (f"; {recomputed} recomputed, the rest from the per-file cache" if recomputed < len(comparison.files) else ""))
+                     + (f"; {recomputed} recomputed, the rest from the per-file cache" if recomputed < len(comparison.files) else "")
+                     + ("; compared during the trace" if ahead and ahead.used else ""))
     return comparison
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -198,24 +199,35 @@ def _statement_text(root: Path, path: str, line: int) -> str:
     src = read_source_cached((root / path).parent, Path(path).name, 5_000_000)
     if src.tree is None or src.text is None:
         return ""
-    compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
-    holding = [n for n in ast.walk(src.tree) if isinstance(n, ast.stmt) and not isinstance(n, compound)
-               and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    best = max(holding, key=lambda n: n.lineno, default=None)
+    holding = [span for span in _simple_statements(src.tree) if span[0] <= line <= span[1]]
+    best = max(holding, key=lambda span: span[0], default=None)
     if best is None:
         return ""
-    lines = src.text.splitlines()[best.lineno - 1 : best.end_lineno]
+    lines = src.text.splitlines()[best[0] - 1 : best[1]]
     return " ".join(" ".join(lines).split())
+
+
+@functools.lru_cache(maxsize=64)
+def _simple_statements(tree: ast.Module) -> tuple[tuple[int, int], ...]:
+    """(first, last) line of every non-compound statement, in ast.walk order: one walk per parsed file
+    (the parse is shared and never mutated), not one per finding."""
+    compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
+    return tuple((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+                 if isinstance(n, ast.stmt) and not isinstance(n, compound))
 
 
 def _normalized(root: Path, path: str) -> tuple[str, list[int]] | None:
     """The file's text with whitespace runs collapsed, and the source line of every character."""
     src = read_source_cached((root / path).parent, Path(path).name, 5_000_000)
-    if src.text is None:
-        return None
+    return None if src.text is None else _collapsed(src.text)
+
+
+@functools.lru_cache(maxsize=64)
+def _collapsed(source: str) -> tuple[str, list[int]]:
+    """_normalized of one text, once per text (every finding in a file asks it again)."""
     chars: list[str] = []
     lines: list[int] = []
-    for n, text in enumerate(src.text.splitlines(), 1):
+    for n, text in enumerate(source.splitlines(), 1):
         for word in text.split():
             if chars:
                 chars.append(" ")

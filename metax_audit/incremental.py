@@ -1,0 +1,168 @@
+# The change-focused review's reuse of earlier work: a baseline revision served without a snapshot,
+# and the compare stage of the changed files run ahead on the other core while the trace runs.
+"""Nothing here decides a result; it only decides what need not be computed again, and every
+reuse is keyed by content, so a review served this way equals the same review computed afresh
+(tests/test_incremental.py checks it finding by finding).
+
+- **Revision memo.** A revision's snapshot is a function of its commit and of what is exported:
+  `(commit, exported paths, --config bytes) -> (tree digest, config, waivers file text)`. With
+  it the result-cache key of a revision's review is known without `git archive`, the digest of
+  the export or the removal of its temp dir (about 0.4 s on the real port): the baseline of
+  `review --staged` (HEAD) is then one pickle load.
+- **Compare ahead.** The compare stage needs the discovery as the trace widened it (the port files
+  the chains reached), so it runs after the trace. The files the trace reached are remembered per
+  repository; the next review of that repository widens its discovery with them at once and runs
+  the per-file compare of that prediction in a forked child while the trace runs. The child only
+  fills the content-keyed per-file compare cache and returns its result; the compare stage uses
+  that result when the trace's own discovery is the predicted one, and otherwise computes as
+  before (hitting whatever the child stored)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from metax_audit import resultcache
+
+if TYPE_CHECKING:
+    from metax_audit.config import AuditConfig
+    from metax_audit.forked import Forked
+    from metax_audit.models import Comparison, Discovery, Finding, UpstreamInfo
+
+_CompareResult = tuple["Comparison", list["Finding"], int]
+
+
+# ---------------------------------------------------------------- revision memo
+
+
+@dataclass(frozen=True)
+class RevisionEntry:
+    """What a revision's snapshot gives the review before any stage runs."""
+
+    digest: str  # resultcache.tree_digest of the export
+    config: AuditConfig  # the config as the snapshot holds it
+    waivers_text: str | None  # the waivers file the config names, as that revision holds it
+
+
+def revision_commit(repo: Path | None, rev: str) -> tuple[Path, str] | None:
+    """(repository top, commit) of `rev`, or None when it does not name a commit."""
+    from metax_audit import subproc
+    from metax_audit.errors import SnapshotError
+    from metax_audit.snapshot import find_repo
+
+    try:
+        top = find_repo(repo or Path.cwd())
+    except SnapshotError:
+        return None
+    res = subproc.run(["git", "-C", str(top), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], timeout=60)
+    sha = res.stdout.strip()
+    return (top, sha) if res.returncode == 0 and sha else None
+
+
+def _memo_key(commit: str, only: tuple[str, ...], config_file: Path | None) -> str:
+    return resultcache.key("revision", commit, list(only), resultcache.file_digest(config_file) if config_file else None)
+
+
+def remember_revision(commit: str, only: tuple[str, ...], config_file: Path | None, root: Path, digest: str,
+                      config: AuditConfig) -> None:
+    """Record what the snapshot of `commit` (exported as `only`) holds, for revision_entry."""
+    waivers = None
+    if config.waivers:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            waivers = (root / config.waivers).read_text(encoding="utf-8")
+    resultcache.store("revision", _memo_key(commit, only, config_file), RevisionEntry(digest, config, waivers))
+
+
+def revision_entry(commit: str, only: tuple[str, ...], config_file: Path | None,
+                   explicit_waivers: Path | None) -> RevisionEntry | None:
+    """The memo of `commit`, or None: also when the config names a waivers file the revision lacks
+    (the review itself says what that means)."""
+    hit = resultcache.load("revision", _memo_key(commit, only, config_file))
+    if not isinstance(hit, RevisionEntry):
+        return None
+    if explicit_waivers is None and hit.config.waivers and hit.waivers_text is None:
+        return None
+    return hit
+
+
+@contextlib.contextmanager
+def waivers_file(entry: RevisionEntry, explicit: Path | None) -> Iterator[Path | None]:
+    """The waivers file of a memo-served review: --waivers, else the revision's own file's text in a
+    temp file for the time of the review (apply_waivers reads a path), else none."""
+    if explicit is not None:
+        yield explicit
+        return
+    if entry.waivers_text is None or not entry.config.waivers:
+        yield None
+        return
+    fd, name = tempfile.mkstemp(prefix="metax-audit-waivers-", suffix=Path(entry.config.waivers).suffix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(entry.waivers_text)
+        yield Path(name)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+# ---------------------------------------------------------------- compare ahead
+
+
+def _reached_key(repo: str, package: str, paths: tuple[str, ...]) -> str:
+    return resultcache.key("reached", repo, package, sorted(paths))
+
+
+class CompareAhead:
+    """The compare stage of the predicted widened discovery, computed in a forked child."""
+
+    def __init__(self, predicted: Discovery | None, child: Forked[_CompareResult] | None, remember: str | None) -> None:
+        self._predicted = predicted
+        self._child = child
+        self._remember = remember  # where the trace's reached files are kept for the next review
+        self.used = False  # whether take() gave the child's result
+
+    def take(self, widened: Discovery) -> _CompareResult | None:
+        """The child's result when `widened` (the trace's discovery) is what it compared, else None;
+        remembers the files this trace reached for the next review."""
+        if self._remember is not None:
+            reached = tuple(sorted(f.path for f in widened.files if f.reason == "reached-by-trace"))
+            resultcache.store("reached", self._remember, reached)
+        child, self._child = self._child, None
+        if child is None:
+            return None
+        if not child.started or widened != self._predicted:
+            child.close()
+            return None
+        self.used = True
+        return child.result()
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.close()
+            self._child = None
+
+
+def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_CompareResult]], discovery: Discovery,
+                  config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None, *, repo: str,
+                  paths: tuple[str, ...], use_cache: bool) -> CompareAhead:
+    """Start comparing the discovery widened by the files the last trace of this repository reached.
+    Nothing starts without the cache (--no-cache) or an upstream."""
+    if not use_cache or upstream is None:
+        return CompareAhead(None, None, None)
+    remember = _reached_key(repo, config.port_package, paths)
+    reached = resultcache.load("reached", remember)
+    if not isinstance(reached, tuple):
+        return CompareAhead(None, None, remember)
+    from metax_audit.discover import widen
+
+    predicted = widen(discovery, discovery.root, reached) if reached else discovery  # as the trace stage widens it
+
+    def work() -> _CompareResult:
+        return resultcache.cached_compare(predicted, config, upstream, base, use_cache=True)
+
+    return CompareAhead(predicted, fork(work), remember)

@@ -1,0 +1,80 @@
+# The change-focused review's reuse (incremental.py) equals the same review computed afresh: on the
+# demo port, a staged change in a leaf backend, in a module other files import, and in the platform.
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from metax_audit.cli import app
+
+runner = CliRunner()
+
+# (file, old text, new text): each edit changes what the review finds.
+EDITS = {
+    # a backend file nothing imports: a keyword upstream's kernel call does not take, an argument dropped
+    "leaf": ("vllm_metax/v1/attention/backends/triton_attn.py",
+             "            alibi_slopes=self.alibi_slopes,\n            # sinks=self.sinks,\n",
+             "            sinks=self.sinks,\n"),
+    # a module the flashinfer backend imports: a new required parameter its call does not pass
+    "imported": ("vllm_metax/v1/attention/ops/merge_attn_states.py",
+                 "suffix_lse, output_lse=None):", "suffix_lse, lse_base, output_lse=None):"),
+    # the registration file: one backend out of the priority list
+    "platform": ("vllm_metax/platform.py", "            AttentionBackendEnum.TRITON_ATTN,\n",
+                 "            # AttentionBackendEnum.TRITON_ATTN,\n"),
+}
+
+
+@pytest.fixture
+def committed_demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The demo port with everything committed: HEAD is the baseline, nothing staged."""
+    from metax_audit import demo as demo_mod
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(demo_mod.stack_root()), os.environ.get("PYTHONPATH", "")]))
+    repo = demo_mod.build_demo_repo(tmp_path / "port")
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "baseline"], cwd=repo, check=True)
+    return repo
+
+
+def _staged(repo: Path, out: Path, *extra: str) -> dict:
+    from metax_audit import demo as demo_mod
+
+    r = runner.invoke(app, ["review", "--staged", "--repo", str(repo), "--upstream", str(demo_mod.upstream_root()),
+                            "--output-dir", str(out), "--format", "json", "--fail-on", "never", *extra])
+    assert r.exit_code == 0, r.output
+    data: dict = json.loads((out / "report.json").read_text())
+    return data
+
+
+def _as_compared(findings: list[dict]) -> list[tuple]:
+    keys = ("id", "status", "rule", "severity", "path", "line", "symbol", "message", "evidence", "content", "waived")
+    return [tuple(json.dumps(f.get(k), sort_keys=True) for k in keys) for f in findings]
+
+
+@pytest.mark.parametrize("case", sorted(EDITS))
+def test_incremental_review_equals_full_review(committed_demo: Path, tmp_path: Path, case: str) -> None:
+    _staged(committed_demo, tmp_path / "warm")  # HEAD's review, its revision memo and reached files cached
+    path, old, new = EDITS[case]
+    text = (committed_demo / path).read_text()
+    assert old in text
+    (committed_demo / path).write_text(text.replace(old, new, 1))
+    subprocess.run(["git", "add", path], cwd=committed_demo, check=True)
+
+    fast = _staged(committed_demo, tmp_path / "fast")
+    full = _staged(committed_demo, tmp_path / "full", "--no-cache")
+
+    notes = {s["name"]: s["note"] for s in fast["stages"]}
+    assert "served from the result cache without a snapshot" in notes["baseline"]
+    assert "compared during the trace" in notes["compare"]
+    assert "without a snapshot" not in {s["name"]: s["note"] for s in full["stages"]}["baseline"]
+    assert full["baseline"]["new"] + full["baseline"]["changed"] + full["baseline"]["fixed"] > 0  # the edit shows
+    assert fast["baseline"] == full["baseline"]
+    assert _as_compared(fast["findings"]) == _as_compared(full["findings"])
+    assert _as_compared(fast["fixed"]) == _as_compared(full["fixed"])
+    for section in ("files", "backends", "coverage", "dataflow"):
+        assert fast[section] == full[section], section
