@@ -102,6 +102,7 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
     """Review the snapshot; then, when it has a baseline (baseline.py), review that revision the
     same way and mark each finding new, changed or unchanged (and list the fixed ones)."""
     from metax_audit import baseline as baseline_mod
+    from metax_audit.pysource import relaxed_gc
 
     progress = progress or QuietProgress()
     started = time.perf_counter()
@@ -112,7 +113,8 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
             progress.stage("baseline", rev)
             begun = time.perf_counter()
             base_options = baseline_mod.baseline_options(options, rev)
-            served = _served_revision(base_options, progress)
+            with relaxed_gc():  # the review's parses are still alive: a default collector rescans them
+                served = _served_revision(base_options, progress)
             base = served or _review_one(base_options, progress, False).report
             report = baseline_mod.compare_with(result.report, base, rev)
             info = report.baseline_info
