@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metax_audit.config import AuditConfig, load_config
+from metax_audit.contracts import default_contracts_path
 from metax_audit.errors import AuditError
 from metax_audit.models import (
     BackendChain,
@@ -18,7 +19,7 @@ from metax_audit.models import (
     TraceResult,
     UpstreamInfo,
 )
-from metax_audit.pipeline import default_contracts_path, port_package_hint, static_export
+from metax_audit.snapshot import port_package_hint, static_export
 
 if TYPE_CHECKING:
     from metax_audit.contracts import ContractCheck, Contracts

@@ -524,3 +524,20 @@ def contracts_to_dict(contracts: Contracts, checks: Sequence[ContractCheck] = ()
         for c in contracts.conventions
     ]
     return {"schema": "metax-audit/contracts/v1", "path": contracts.path, "conventions": conventions, "observations": observations}
+
+
+def default_contracts_path() -> Path:
+    """The project's contracts: shipped inside the package (a link to the top-level file in a
+    checkout, a copy in a wheel)."""
+    return Path(__file__).parent / "component-contracts.md"
+
+
+def project_contracts() -> Contracts | None:
+    """component-contracts.md as shipped with metax-audit, parsed once per review."""
+    path = default_contracts_path()
+    return load_contracts(path) if path.is_file() else None
+
+
+def probe_suggester(contracts: Contracts | None) -> Callable[[str], str | None] | None:
+    """callee -> the probe command the contracts name for it."""
+    return None if contracts is None else (lambda callee: validation_for(callee, contracts))

@@ -25,6 +25,7 @@ from metax_audit.models import (
     SkippedFile,
     SnapshotInfo,
     SourceFile,
+    StackFacts,
     StageRecord,
     TestRun,
     TraceResult,
@@ -40,6 +41,18 @@ NOT_ANALYSED: Final = "not-analysed"
 
 # Rules that mean "this file was not analysed" (declared by the foundation in findings.py).
 _NOT_ANALYSED_RULES = frozenset({"MXA001", "MXA002"})
+
+
+def environment_summary(facts: StackFacts | None, python: str | None) -> dict[str, Any]:
+    """The report's environment: the target interpreter and where the stack facts came from."""
+    env: dict[str, Any] = {"python": python or "current interpreter"}
+    if facts is not None:
+        env["stack_source"] = facts.source
+        env["stack_captured_at"] = facts.captured_at
+        env["stack_host"] = facts.host
+        env["distributions"] = facts.distributions
+    return env
+
 
 def build_report(
     *,

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from metax_audit import __version__
 from metax_audit.config import AuditConfig, departures, load_config
-from metax_audit.errors import AuditError, ConfigError
+from metax_audit.errors import AuditError
 from metax_audit.forked import Forked
 from metax_audit.models import (
     AuditReport,
-    CallSite,
     Comparison,
     Discovery,
     Finding,
@@ -138,10 +137,10 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     mode, rev, mode_note = options.mode, options.rev, ""
     if mode is None:
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
-    hint = export_config(options.repo, mode, options.config_file)
+    hint = snapshot_mod.export_config(options.repo, mode, options.config_file)
     package = hint.port_package
     # The static stages read only the port package, its config, C++ sources and stack pins; --test needs all.
-    only = () if options.test_command else static_export(package, hint)
+    only = () if options.test_command else snapshot_mod.static_export(package, hint)
     run = _Run(export=only)
     with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
         if mode_note:
@@ -151,33 +150,6 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
         with relaxed_gc():  # hundreds of live syntax trees: see pysource.relaxed_gc
             report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
     return ReviewResult(report, waivers_text)
-
-
-def port_package_hint(repo: Path | None, mode: str, config_file: Path | None) -> str:
-    """The port package to export, needed before the snapshot exists (see export_config)."""
-    return export_config(repo, mode, config_file).port_package
-
-
-def export_config(repo: Path | None, mode: str, config_file: Path | None) -> AuditConfig:
-    """The config that says what to export (port package, C++ sources, stack pins), needed before the
-    snapshot exists: --config, else the repo's own config as it is in the working tree, else the
-    default. The snapshot's config still governs the review; a port package renamed between the
-    worktree and the reviewed revision is reported by discover as a missing package."""
-    from metax_audit.snapshot import find_repo
-
-    if config_file is not None:
-        return load_config(Path("."), config_file)
-    if mode != "installed":
-        return load_config(find_repo(repo or Path.cwd()))
-    return AuditConfig()
-
-
-def static_export(package: str, config: AuditConfig | None = None) -> tuple[str, ...]:
-    """What a static review exports: the port package, its config, the port's C++ sources (op
-    registrations) and the files that pin its kernel stack."""
-    config = config or AuditConfig()
-    return (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml", *config.native_sources,
-            *config.stack_files)
 
 
 def _audit_snapshot(
@@ -263,6 +235,7 @@ def _served_revision(options: ReviewOptions, progress: Progress) -> AuditReport 
     """The review of revision options.rev served from the revision memo and the result cache without
     exporting a snapshot (incremental.py), waivers applied as _waived does; None on any miss."""
     from metax_audit import incremental, resultcache
+    from metax_audit.snapshot import export_config, static_export
     from metax_audit.waivers import apply_waivers
 
     if not _cacheable(options) or options.rev is None:
@@ -356,37 +329,47 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     stand_ins = _stack_pins_stage(st)
     binding = background.fork(partial(_binding_checks, discovery, trace, symbols))  # beside compare
-    # Dataflow needs nothing past this point: a child on the other core runs it meanwhile.
-    contracts = _project_contracts()
-    dataflow = background.fork(partial(_dataflow, discovery, st.config, contracts))
-    static_roots = (st.snap.root, *((upstream.root,) if upstream and upstream.root else ()), *st.options.static_roots,
-                    *_kernel_source_roots(st))
-    collect_facts = _introspect(discovery, trace, st.config, replace(st.options, static_roots=static_roots), st.run,
-                                st.progress, background, stand_ins)
+    contracts, dataflow = _start_dataflow(st, discovery, background)
+    collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
     facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding.result)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
+    _triage(st, trace, comparison, upstream, facts)
+    from metax_audit.contracts import probe_suggester
+    from metax_audit.inventory import build_report, environment_summary
 
+    report = build_report(
+        snapshot=st.snap, discovery=discovery, trace=trace, comparison=comparison, findings=st.run.findings,
+        probes=probe_results, stages=st.run.stages, upstream=upstream, environment=environment_summary(facts, st.options.python),
+        test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers={},
+        tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        suggest_probe=probe_suggester(contracts),
+    )
+    return replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
+
+
+def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background,
+                    ) -> tuple[Contracts | None, Forked[_FlowResult]]:
+    """Dataflow needs nothing past the trace: a child on the other core runs it while the review goes on."""
+    from metax_audit.checks import dataflow_for_review
+    from metax_audit.contracts import project_contracts
+
+    contracts = project_contracts()
+    return contracts, background.fork(partial(dataflow_for_review, discovery, st.config, contracts))
+
+
+def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upstream: UpstreamInfo | None,
+            facts: StackFacts | None) -> None:
+    """One finding per root cause, and the differences the installed stack explains, before the inventory."""
     from metax_audit.triage import Counterparts, triage
 
-    # One finding per root cause, and the differences the installed stack explains, before the inventory.
     counterparts = None
     if comparison is not None and upstream is not None and upstream.root is not None:
         counterparts = Counterparts(st.snap.root, upstream.root, upstream.version or "?",
                                     {f.path: f.upstream_path for f in comparison.files if f.upstream_path})
     st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts)
-    from metax_audit.inventory import build_report
-
-    report = build_report(
-        snapshot=st.snap, discovery=discovery, trace=trace, comparison=comparison, findings=st.run.findings,
-        probes=probe_results, stages=st.run.stages, upstream=upstream, environment=_environment_summary(facts, st.options),
-        test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers={},
-        tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        suggest_probe=_probe_suggester(contracts),
-    )
-    return replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
 
 
 def _waived(report: AuditReport, snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions,
@@ -435,29 +418,13 @@ def _upstream_stage(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | No
 
 
 def _kernel_source_roots(st: _Stages) -> tuple[Path, ...]:
-    """Static roots of the kernel stack named in config (kernel-sources): public wheels' Python
-    sources (pip pins, downloaded once and cached like upstream) or directories, read only when the
-    stack cannot be imported by the target interpreter (the facts then say "static")."""
+    """Static roots of the kernel stack named in config (kernel-sources, see upstream.kernel_source_roots)."""
     if not st.config.kernel_sources:
         return ()
-    from metax_audit.upstream import resolve_upstream
+    from metax_audit.upstream import kernel_source_roots
 
-    roots: list[Path] = []
     with st.run.stage("kernel-sources", st.progress, ", ".join(st.config.kernel_sources)) as notes:
-        for spec in st.config.kernel_sources:
-            if "==" in spec:
-                name = spec.split("==", 1)[0].strip()
-                info = resolve_upstream(spec, package=name.replace("-", "_").lower(), cache_dir=st.options.cache_dir)
-                if info.root is not None:
-                    roots.append(info.root)
-                notes.append(f"{spec}: {info.source}")
-            else:
-                path = Path(spec).expanduser()
-                if not path.is_dir():
-                    raise ConfigError(f"kernel-sources entry {spec!r} is neither NAME==VERSION nor a directory")
-                roots.append(path)
-                notes.append(f"{spec}: directory")
-    return tuple(roots)
+        return kernel_source_roots(st.config.kernel_sources, st.options.cache_dir, notes)
 
 
 def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> SymbolTable:
@@ -531,10 +498,9 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
                   binding: Callable[[], list[Finding]] = list) -> StackFacts | None:
     """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
     with st.run.stage("checks", st.progress) as notes:
-        from metax_audit.checks import check_inactive_paths, checks_for_review
-        from metax_audit.checks.imports import absorb_consequences
+        from metax_audit.checks import absorb_consequences, check_inactive_paths, checks_for_review, upstream_calls
 
-        up_calls = _upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
+        up_calls = upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
         found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls), *binding()]
         from metax_audit.checks import check_capabilities, counterpart_paths, op_findings
@@ -552,6 +518,8 @@ def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[_
                     ) -> list[LseFlow]:
     if contracts is None:
         dataflow.close()
+        from metax_audit.contracts import default_contracts_path
+
         st.run.skipped("dataflow", f"no contracts file at {default_contracts_path()}: conventions unknown")
         return []
     with st.run.stage("dataflow", st.progress) as notes:
@@ -595,21 +563,6 @@ def _test_stage(st: _Stages) -> TestRun | None:
     return test_run
 
 
-def _project_contracts() -> Contracts | None:
-    """component-contracts.md as shipped with metax-audit, parsed once per review."""
-    from metax_audit.contracts import load_contracts
-
-    path = default_contracts_path()
-    return load_contracts(path) if path.is_file() else None
-
-
-def _probe_suggester(contracts: Contracts | None) -> Callable[[str], str | None] | None:
-    """callee -> the probe command the contracts name for it."""
-    from metax_audit.contracts import validation_for
-
-    return None if contracts is None else (lambda callee: validation_for(callee, contracts))
-
-
 def _flow_dict(flow: LseFlow) -> dict[str, Any]:
     """A flow as the report's JSON holds it; a probe request as the command that reruns it."""
     import dataclasses
@@ -625,17 +578,19 @@ def _installed_upstream_available(config: AuditConfig) -> bool:
     return importlib.util.find_spec(config.upstream_package) is not None
 
 
-def _introspect(
-    discovery: Discovery, trace: TraceResult, config: AuditConfig, options: ReviewOptions, run: _Run, progress: Progress,
-    background: _Background, stand_ins: Sequence[StackBinding] = (),
-) -> Callable[[], StackFacts | None]:
+def _introspect(st: _Stages, discovery: Discovery, trace: TraceResult, upstream: UpstreamInfo | None,
+                background: _Background, stand_ins: Sequence[StackBinding] = ()) -> Callable[[], StackFacts | None]:
     """Start introspection; returns the function that waits for its facts and records the stage.
 
     The worker is a subprocess on a core of its own, so compare and the upstream trace run while it
     imports the stack; the thread here only waits on its pipe. Facts of an unchanged stack come
     from the on-disk cache (not with --extra-path stub stacks, which are for tests and the demo)."""
     from metax_audit import introspect as introspect_mod
+    from metax_audit import stack_pins
 
+    config, options, run, progress = st.config, st.options, st.run, st.progress
+    options = replace(options, static_roots=(st.snap.root, *((upstream.root,) if upstream and upstream.root else ()),
+                                             *options.static_roots, *_kernel_source_roots(st)))
     targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules)
     prestarted = background.prestarted
     if prestarted is not None and not targets:
@@ -665,19 +620,9 @@ def _introspect(
                                           extra_path=options.extra_path, static_roots=static_roots,
                                           never_import=never_import, cache=cache, prestarted=prestarted,
                                           op_namespaces=config.op_namespaces)
-        return _mark_stand_ins(facts, stand_ins)
+        return stack_pins.mark_stand_ins(facts, stand_ins)
 
     return background.thread("introspect", work, _introspect_notes, started)
-
-
-def _mark_stand_ins(facts: StackFacts, stand_ins: Sequence[StackBinding]) -> StackFacts:
-    """Say on each fact read from a public-base stand-in what it stands for (the evidence names it)."""
-    by_module = {b.pin.module: b for b in stand_ins}
-    if not by_module:
-        return facts
-    marked = {t: replace(f, stand_in=by_module[t.split(".")[0]].stand_in) if t.split(".")[0] in by_module else f
-              for t, f in facts.facts.items()}
-    return replace(facts, facts=marked)
 
 
 def _introspect_notes(facts: StackFacts) -> list[str]:
@@ -689,45 +634,6 @@ def _introspect_notes(facts: StackFacts) -> list[str]:
         notes.append(f"facts from the stack cache (captured {facts.captured_at})")
     notes.append("ran alongside compare")  # its seconds overlap the next stages
     return notes
-
-
-def _dataflow(discovery: Discovery, config: AuditConfig, contracts: Contracts | None) -> _FlowResult:
-    """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
-    from metax_audit.checks import check_dataflow
-
-    if contracts is None:
-        return [], [], []
-    files = [f.path for f in discovery.files if f.parse_error is None]
-    return check_dataflow(discovery.root, files, contracts, port_package=config.port_package)
-
-
-def _upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig, *,
-                    use_cache: bool = True) -> Sequence[CallSite]:
-    """Call sites of the upstream counterparts, so a positional argument whose meaning moved
-    between upstream's call and the port's call of the same callee can be seen."""
-    if comparison is None or upstream is None or upstream.root is None:
-        return ()
-    from metax_audit.models import SourceFile
-    from metax_audit.trace import trace_backends
-
-    paths = sorted({f.upstream_path for f in comparison.files if f.upstream_path})
-    if not paths:
-        return ()
-    files = tuple(SourceFile(p, p[:-3].replace("/", "."), "counterpart") for p in paths if (upstream.root / p).is_file())
-    up_discovery = Discovery(root=upstream.root, port_package=config.upstream_package, files=files, registrations=(),
-                             priorities=(), switches=(), callers={})
-    up_config = replace(config, port_package=config.upstream_package)
-    # They depend on the upstream release, the counterparts and the config only: cached per upstream.
-    from metax_audit import resultcache
-
-    entry = resultcache.key("upstream-calls", resultcache.upstream_identity(upstream), [f.path for f in files], repr(up_config))
-    cached = resultcache.load("upstream-calls", entry) if use_cache else None
-    if isinstance(cached, tuple):
-        return cached
-    calls = tuple(trace_backends(up_discovery, up_config, None).calls)
-    if use_cache:
-        resultcache.store("upstream-calls", entry, calls)
-    return calls
 
 
 def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
@@ -751,19 +657,3 @@ def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOpt
                               extra_path=options.extra_path)
     notes.append(f"{len(results)} probe results over {len(plan)} targets")
     return results
-
-
-def _environment_summary(facts: StackFacts | None, options: ReviewOptions) -> dict[str, Any]:
-    env: dict[str, Any] = {"python": options.python or "current interpreter"}
-    if facts is not None:
-        env["stack_source"] = facts.source
-        env["stack_captured_at"] = facts.captured_at
-        env["stack_host"] = facts.host
-        env["distributions"] = facts.distributions
-    return env
-
-
-def default_contracts_path() -> Path:
-    """The project's contracts: shipped inside the package (a link to the top-level file in a
-    checkout, a copy in a wheel)."""
-    return Path(__file__).parent / "component-contracts.md"

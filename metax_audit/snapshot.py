@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from metax_audit import subproc, tempdirs
+from metax_audit.config import AuditConfig, load_config
 from metax_audit.errors import SnapshotError
 from metax_audit.models import SnapshotInfo, SnapshotMode, TestRun
 
@@ -364,3 +365,28 @@ def run_test_command(command: str, root: Path, timeout: float = 1800) -> TestRun
     tail = (res.stdout + res.stderr)[-4000:]
     code = res.returncode if not res.timed_out else 124
     return TestRun(command=command, exit_code=code, seconds=round(time.perf_counter() - start, 2), output_tail=tail)
+
+
+def port_package_hint(repo: Path | None, mode: str, config_file: Path | None) -> str:
+    """The port package to export, needed before the snapshot exists (see export_config)."""
+    return export_config(repo, mode, config_file).port_package
+
+
+def export_config(repo: Path | None, mode: str, config_file: Path | None) -> AuditConfig:
+    """The config that says what to export (port package, C++ sources, stack pins), needed before the
+    snapshot exists: --config, else the repo's own config as it is in the working tree, else the
+    default. The snapshot's config still governs the review; a port package renamed between the
+    worktree and the reviewed revision is reported by discover as a missing package."""
+    if config_file is not None:
+        return load_config(Path("."), config_file)
+    if mode != "installed":
+        return load_config(find_repo(repo or Path.cwd()))
+    return AuditConfig()
+
+
+def static_export(package: str, config: AuditConfig | None = None) -> tuple[str, ...]:
+    """What a static review exports: the port package, its config, the port's C++ sources (op
+    registrations) and the files that pin its kernel stack."""
+    config = config or AuditConfig()
+    return (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml", *config.native_sources,
+            *config.stack_files)

@@ -9,14 +9,14 @@ import sys
 import tarfile
 import zipfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from metax_audit import subproc, tempdirs
 from metax_audit.cachedir import cache_root
 from metax_audit.config import AuditConfig
 from metax_audit.findings import make_finding, rule
-from metax_audit.models import Category, Finding, Location, Severity
+from metax_audit.models import Category, Finding, Location, Severity, StackFacts
 from metax_audit.upstream import COMPLETE_MARKER
 
 rule("MXA160", Category.ENVIRONMENT, Severity.INFO, "kernel package bound against the public base of the pinned vendor build",
@@ -330,3 +330,13 @@ def _members(archive: Path) -> dict[str, bytes]:
             if m.isfile() and m.name.endswith(".py"):
                 out[m.name] = (tf.extractfile(m) or io.BytesIO()).read()
     return out
+
+
+def mark_stand_ins(facts: StackFacts, stand_ins: Sequence[StackBinding]) -> StackFacts:
+    """Say on each fact read from a public-base stand-in what it stands for (the evidence names it)."""
+    by_module = {b.pin.module: b for b in stand_ins}
+    if not by_module:
+        return facts
+    marked = {t: replace(f, stand_in=by_module[t.split(".")[0]].stand_in) if t.split(".")[0] in by_module else f
+              for t, f in facts.facts.items()}
+    return replace(facts, facts=marked)

@@ -10,11 +10,12 @@ import shutil
 import sys
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from metax_audit import subproc, tempdirs
 from metax_audit.cachedir import cache_root
-from metax_audit.errors import UpstreamError
+from metax_audit.errors import ConfigError, UpstreamError
 from metax_audit.models import UpstreamInfo
 
 # Written last, after every file is in place: a cache entry without it is an interrupted
@@ -49,6 +50,27 @@ def resolve_upstream(spec: str, *, package: str = "vllm", cache_dir: Path | None
     if any(sep in spec for sep in ("/", os.sep)) or spec.startswith("."):
         raise UpstreamError(f"upstream directory {spec} does not exist")
     return _from_installed(spec, package)
+
+
+def kernel_source_roots(specs: Sequence[str], cache_dir: Path | None, notes: list[str]) -> tuple[Path, ...]:
+    """Static roots of the kernel stack named in config (kernel-sources): public wheels' Python
+    sources (pip pins, downloaded once and cached like upstream) or directories, read only when the
+    stack cannot be imported by the target interpreter (the facts then say "static"). One note per spec."""
+    roots: list[Path] = []
+    for spec in specs:
+        if "==" in spec:
+            name = spec.split("==", 1)[0].strip()
+            info = resolve_upstream(spec, package=name.replace("-", "_").lower(), cache_dir=cache_dir)
+            if info.root is not None:
+                roots.append(info.root)
+            notes.append(f"{spec}: {info.source}")
+        else:
+            path = Path(spec).expanduser()
+            if not path.is_dir():
+                raise ConfigError(f"kernel-sources entry {spec!r} is neither NAME==VERSION nor a directory")
+            roots.append(path)
+            notes.append(f"{spec}: directory")
+    return tuple(roots)
 
 
 # ---------------------------------------------------------------- directory / installed

@@ -10,18 +10,23 @@ from typing import TYPE_CHECKING
 # child (binding checks, dataflow) are declared in the parent too (help text in SARIF, Markdown).
 from metax_audit.checks import attributes, binding, claims, graph_capture, imports, kwargs, signatures  # noqa: F401
 from metax_audit.checks.capabilities import check_capabilities, counterpart_paths
+from metax_audit.checks.imports import absorb_consequences
 from metax_audit.checks.inactive_path import check_inactive_paths
 from metax_audit.checks.lse import check_dataflow
 from metax_audit.checks.ops import op_findings
-from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult
+from metax_audit.checks.upstream_calls import upstream_calls
+from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult, Unresolved
 
 if TYPE_CHECKING:
+    from metax_audit.config import AuditConfig
+    from metax_audit.contracts import Contracts
+    from metax_audit.dataflow import LseFlow
     from metax_audit.trace.symbols import SymbolTable
 
 # The checks the pipeline runs itself: inactive paths (over the comparison) and the judgement of
 # the dataflow stage's facts (run with it in the forked child).
-__all__ = ["binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths", "checks_for_review",
-           "counterpart_paths", "op_findings", "run_checks"]
+__all__ = ["absorb_consequences", "binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths",
+           "checks_for_review", "counterpart_paths", "dataflow_for_review", "op_findings", "run_checks", "upstream_calls"]
 
 
 def run_checks(
@@ -66,3 +71,12 @@ def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTabl
     return [*check_port_imports(discovery, symbols), *check_type_checking_names(discovery, symbols),
             *check_bindings(discovery.root, trace, symbols),
             *check_attributes(discovery, symbols)]
+
+
+def dataflow_for_review(discovery: Discovery, config: AuditConfig, contracts: Contracts | None,
+                        ) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
+    """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
+    if contracts is None:
+        return [], [], []
+    files = [f.path for f in discovery.files if f.parse_error is None]
+    return check_dataflow(discovery.root, files, contracts, port_package=config.port_package)
