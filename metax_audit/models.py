@@ -63,6 +63,19 @@ RegistrationKind = Literal["attention-backend", "mla-prefill", "custom-op", "dec
 FactStatus = Literal["ok", "import-error", "not-found", "no-signature", "timeout", "crash"]
 ProbeVerdict = Literal["matched", "mismatch", "not-checkable", "skipped", "error"]
 FileStatus = Literal["ok", "needs-action", "not-analysed"]
+# Where a call's target lives: the port, the upstream release, another package (the kernel stack),
+# Python/torch builtins, or nowhere the trace could resolve.
+CallOrigin = Literal["port", "upstream", "external", "builtin", "unresolved"]
+# What a port file does differently from its upstream counterpart (compare/rules.py ACTIONS says
+# what each asks of the maintainer); "upstream-followed"/"upstream-not-followed" are the three-way view.
+DifferenceKind = Literal[
+    "vendor-kernel-import", "port-module-import", "foreign-platform-branch", "arch-check", "feature-disabled",
+    "fallback-added", "argument-commented-out", "upstream-not-followed", "upstream-followed", "signature-changed",
+    "class-attribute", "call-changed", "added", "removed", "changed", "cosmetic", "moved",
+]
+# Who made a difference: the port alone, upstream after the base release (the port kept the old form),
+# upstream itself (kept unchanged by the port), or "" when no base release separates the two.
+Attribution = Literal["port-only", "drift", "inherited", ""]
 
 
 # ---------------------------------------------------------------- snapshot
@@ -161,7 +174,7 @@ class CallSite:
     caller: str  # qualified name of the enclosing function
     callee_text: str  # as written: "self._decode_wrapper.run"
     resolved: str | None  # dotted target, e.g. "flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper.run"
-    origin: str  # "port" | "upstream" | "external" | "builtin" | "unresolved"
+    origin: CallOrigin
     args: tuple[CallArg, ...] = ()
     star_args: bool = False
     star_kwargs: bool = False
@@ -172,7 +185,10 @@ class CallSite:
 
 @dataclass(frozen=True)
 class ChainHop:
-    role: str  # registration|backend|builder|metadata|impl|layer|forward|build|wrapper|kernel|kv-cache-shape|kv-stride-order
+    # registration | backend | get-builder-cls | builder | build | builder.<method> | metadata | get-impl-cls |
+    # impl | forward | impl.<method> | kv-cache-shape | kv-stride-order | layer | wrapper | kernel: open (the
+    # builder's and impl's methods are named by the port), so a plain string.
+    role: str
     qualname: str
     path: str
     line: int
@@ -262,7 +278,7 @@ class UpstreamInfo:
 
 @dataclass(frozen=True)
 class Difference:
-    kind: str  # vendor-kernel-import | arch-check | feature-disabled | fallback-added | argument-commented-out | upstream-not-followed | signature-changed | class-attribute | added | removed | cosmetic | ...
+    kind: DifferenceKind
     path: str
     line: int
     symbol: str
@@ -273,7 +289,7 @@ class Difference:
     detail: str = ""
     upstream_line: int | None = None
     note: str = ""  # why it is info (a known vendor adaptation, or the gate of a path the vendor never runs); "" = may change a kernel
-    attribution: str = ""  # "port-only" | "drift" | "inherited" | "" (no base: drift not separated)
+    attribution: Attribution = ""
 
 
 @dataclass(frozen=True)
@@ -292,6 +308,43 @@ class Comparison:
     base: UpstreamInfo | None
     files: tuple[FileComparison, ...]
     drift: tuple[Difference, ...] = ()
+
+
+# ---------------------------------------------------------------- dataflow
+
+
+FlowVerdict = Literal["match", "mismatch", "unknown"]
+FlowMismatch = Literal["base", "layout"]  # what a mismatched flow gets wrong
+
+
+@dataclass(frozen=True)
+class FlowStep:
+    location: Location
+    text: str  # the source line of the step, stripped
+    base: str  # the LSE base after the step: "2" | "e" | "se" (exponentiated) | "?"
+    layout: str  # "[tokens, heads]" | "[heads, tokens]" | "?"
+
+
+@dataclass(frozen=True)
+class FlowEnd:
+    callee: str  # resolved dotted callee
+    location: Location
+    base: str
+    layout: str
+    arg: str = ""  # consumer: the parameter receiving the LSE
+    via: str = ""  # how the callee was resolved
+    convention: str = ""  # where the convention is written (component-contracts.md:line)
+
+
+@dataclass(frozen=True)
+class LseFlow:
+    producer: FlowEnd
+    consumer: FlowEnd
+    steps: tuple[FlowStep, ...]
+    verdict: FlowVerdict
+    reasons: tuple[str, ...] = ()
+    probes: tuple[ProbeRequest, ...] = ()  # the probes that confirm the verdict at run time
+    mismatches: tuple[FlowMismatch, ...] = ()  # set when the verdict is mismatch
 
 
 # ---------------------------------------------------------------- findings and probes
@@ -440,8 +493,8 @@ class AuditReport:
     waivers: dict[str, Any] = field(default_factory=dict)
     schema: str = "metax-audit/report/v1"
     base: UpstreamInfo | None = None
-    # Every LSE/layout/scale flow from a producing kernel call to a consumer, as plain dicts.
-    dataflow: tuple[dict[str, Any], ...] = ()  # the release the port was last synced to (three-way view), when given
+    # Every LSE/layout/scale flow from a producing kernel call to a consumer.
+    dataflow: tuple[LseFlow, ...] = ()  # the release the port was last synced to (three-way view), when given
     # The review this one was compared with (baseline.py): rev, commit and counts per state; the
     # findings carry their state, and `fixed` holds the baseline's findings this review lacks.
     baseline_info: dict[str, Any] = field(default_factory=dict)

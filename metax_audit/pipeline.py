@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from metax_audit import __version__
 from metax_audit.config import AuditConfig, departures, load_config
@@ -347,7 +347,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         suggest_probe=probe_suggester(contracts),
     )
-    return replace(report, dataflow=tuple(_flow_dict(f) for f in flows))
+    return replace(report, dataflow=tuple(flows))
 
 
 def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background,
@@ -561,15 +561,6 @@ def _test_stage(st: _Stages) -> TestRun | None:
                 "MXA003", Location("."), f"`{test_run.command}` exited {test_run.exit_code} on the snapshot",
                 (test_run.output_tail[-1500:],)))
     return test_run
-
-
-def _flow_dict(flow: LseFlow) -> dict[str, Any]:
-    """A flow as the report's JSON holds it; a probe request as the command that reruns it."""
-    import dataclasses
-
-    out = {**dataclasses.asdict(flow), "probes": [p.command for p in flow.probes]}
-    del out["mismatches"]  # the reasons say it in words; the report's flow keys stay as they were
-    return out
 
 
 def _installed_upstream_available(config: AuditConfig) -> bool:

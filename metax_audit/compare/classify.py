@@ -22,6 +22,7 @@ from metax_audit.consequence import (
     only_fields,
     only_port_names,
 )
+from metax_audit.models import DifferenceKind
 from metax_audit.pysource import dump, unparse
 
 
@@ -215,7 +216,7 @@ def _flatten(stmts: Sequence[ast.stmt], depth: int) -> Iterator[_Tok]:
             yield from _flatten(case.body, depth + 1)
 
 
-def _classify(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> tuple[str, str]:
+def _classify(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> tuple[DifferenceKind, str]:
     un, pn = [t.node for t in u], [t.node for t in p]
     udesc = "; ".join(_text(ctx.up, t) for t in u[:3])
     pdesc = "; ".join(_text(ctx.port, t) for t in p[:3])

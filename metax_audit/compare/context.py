@@ -16,6 +16,7 @@ from metax_audit.counterparts import (
 )
 from metax_audit.models import (
     Difference,
+    DifferenceKind,
 )
 from metax_audit.pysource import unparse
 
@@ -78,7 +79,7 @@ class _Ctx:
                 return qual
         return None
 
-    def diff(self, kind: str, line: int, symbol: str, detail: str, span: tuple[int, int] | None = None,
+    def diff(self, kind: DifferenceKind, line: int, symbol: str, detail: str, span: tuple[int, int] | None = None,
              upstream_line: int | None = None) -> Difference:
         first, last = span or (line, line)
         declared, reason = self.declaration(first, last)
@@ -113,7 +114,7 @@ class _Ctx:
                 return True, _short(text)
         return False, ""
 
-    def removal(self, kind: str, anchor: int, symbol: str, detail: str, upstream_line: int | None) -> Difference:
+    def removal(self, kind: DifferenceKind, anchor: int, symbol: str, detail: str, upstream_line: int | None) -> Difference:
         d = self.diff(kind, anchor, symbol, detail, (anchor, anchor) if anchor else (0, 0), upstream_line)
         if not d.declared:
             declared, reason = self.mentioned(symbol)

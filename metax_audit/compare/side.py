@@ -13,6 +13,7 @@ from metax_audit.compare.rules import _SM_TEXT, ARCH_CALLS
 from metax_audit.consequence import (
     VendorPlatform,
 )
+from metax_audit.models import Attribution
 from metax_audit.pysource import unparse
 
 
@@ -56,7 +57,7 @@ class _Env:
     base_state: str = "none"  # "none": no --base | "same": upstream did not change the file | "side": three-way
     vendor_words: frozenset[str] = frozenset()  # the vendor's name as the modification markers spell it ("metax")
 
-    def attribution(self, drift: bool) -> str:
+    def attribution(self, drift: bool) -> Attribution:
         if drift:
             return "drift"
         return "port-only" if self.base_state != "none" else ""

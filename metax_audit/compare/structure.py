@@ -51,6 +51,7 @@ from metax_audit.counterparts import (
 )
 from metax_audit.models import (
     Difference,
+    DifferenceKind,
 )
 from metax_audit.pysource import dump
 
@@ -71,7 +72,7 @@ def _compare_imports(ctx: _Ctx) -> Iterator[Difference]:
     port_pkg = ctx.cp.path.split("/")[0]
     up_pkg = (ctx.cp.upstream_path or "").split("/")[0]
     # (port statement line, kind) -> [(name, port module, upstream module or "", upstream line)]
-    groups: dict[tuple[int, str], list[tuple[str, str, str, int | None]]] = {}
+    groups: dict[tuple[int, DifferenceKind], list[tuple[str, str, str, int | None]]] = {}
     for name, (pmod, pline) in sorted(ctx.port.imports.items(), key=lambda kv: kv[1][1]):
         if name in ctx.rename:
             continue
@@ -82,7 +83,7 @@ def _compare_imports(ctx: _Ctx) -> Iterator[Difference]:
             if umod == pmod:
                 continue
             if own and pmod.replace(port_pkg, up_pkg, 1) == umod and pmod in ctx.in_scope:
-                kind = "port-module-import"  # the port's own copy of the same module, compared as its own file
+                kind: DifferenceKind = "port-module-import"  # the port's own copy of the same module, compared as its own file
             elif own or (root and root != up_pkg and root != umod.split(".")[0]):
                 kind = "vendor-kernel-import"
             elif pmod.replace(port_pkg, up_pkg, 1) == umod:
@@ -120,12 +121,12 @@ def _removed_imports(ctx: _Ctx) -> Iterator[Difference]:
     that code was; a name the port defines itself is a local replacement, which is the news."""
     used, bound = _names_used(ctx.port.tree)
     aliases = _aliases(ctx.port.tree)
-    groups: dict[tuple[int, str], list[tuple[str, str]]] = {}
+    groups: dict[tuple[int, DifferenceKind], list[tuple[str, str]]] = {}
     for name, (umod, uline) in sorted(ctx.up.imports.items(), key=lambda kv: kv[1][1]):
         if name in ctx.port.imports or name in ctx.rename.values():
             continue
         if aliases.get(name) == f"{umod}.{name}":
-            kind = "cosmetic"  # `x = mod.x` names the very object upstream imports: an alias, not a port definition
+            kind: DifferenceKind = "cosmetic"  # `x = mod.x` names the very object upstream imports: an alias, not a port definition
         elif name in bound:
             # Upstream defining it too means its import was a local one for that same module-level name.
             up_defines = name in ctx.up.funcs or name in ctx.up.classes or name in ctx.up.attrs
@@ -206,7 +207,7 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
             yield _member(ctx, ctx.removal("removed", 0, name, f"upstream class {name} has no port counterpart", cls.lineno))
     for name, cls in port.classes.items():
         if name not in up.classes and not _parent_missing(name, up.classes, port.classes):
-            kind = "added"
+            kind: DifferenceKind = "added"
             yield _member(ctx, ctx.diff(kind, cls.lineno, name, f"class {cls.name} is not in upstream", (_start(cls), cls.lineno)))
     # Functions and methods.
     for qual, ufn in up.funcs.items():
@@ -250,7 +251,7 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
             anchor = _anchor(ctx, key)
             if not owner and _is_logger(u):
                 kind = "cosmetic"  # a module logger: dropping it changes no behaviour the review checks
-            yield _member(ctx, ctx.removal(kind if owner else kind.replace("changed", "removed"), anchor, key,
+            yield _member(ctx, ctx.removal(kind if owner else ("removed" if kind == "changed" else kind), anchor, key,
                               f"upstream {key} = {_value(u)} is absent from the port", u.lineno))
 
 
@@ -349,7 +350,7 @@ def _compare_function(ctx: _Ctx, qual: str, ufn: ast.AST, pfn: ast.AST) -> Itera
     assert isinstance(ufn, ast.FunctionDef | ast.AsyncFunctionDef) and isinstance(pfn, ast.FunctionDef | ast.AsyncFunctionDef)
     if dump(pfn.args) != dump(ufn.args):
         header_end = pfn.body[0].lineno - 1 if pfn.body else pfn.lineno
-        kind = "signature-changed"
+        kind: DifferenceKind = "signature-changed"
         yield _member(ctx, ctx.diff(kind, pfn.lineno, qual, f"upstream {qual}{_sig(ufn)} / port {_sig(pfn)}",
                                     (pfn.lineno, max(pfn.lineno, header_end)), ufn.lineno))
     attr_method = bool(_CLASS_ATTR_METHODS.match(qual.rsplit(".", 1)[-1]))

@@ -20,6 +20,7 @@ from metax_audit.counterparts import (
 )
 from metax_audit.models import (
     Difference,
+    DifferenceKind,
 )
 from metax_audit.pysource import dump
 
@@ -66,7 +67,7 @@ def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart, env
         followed, line, span = _followed(ctx, ch)
         if followed is None:
             continue
-        kind = "upstream-followed" if followed else "upstream-not-followed"
+        kind: DifferenceKind = "upstream-followed" if followed else "upstream-not-followed"
         d = ctx.diff(kind, line, ch.symbol, ch.detail, span, ch.upstream_line)
         if followed:
             d = replace(d, action="none", validation="port tests")

@@ -4,44 +4,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from metax_audit.models import Location, ProbeRequest, Unresolved
+# The flow records are the report's too (AuditReport.dataflow): they live in models.
+from metax_audit.models import FlowEnd, FlowMismatch, FlowStep, FlowVerdict, Location, LseFlow, ProbeRequest, Unresolved
 
 TH = "[tokens, heads]"
 HT = "[heads, tokens]"
-Verdict = Literal["match", "mismatch", "unknown"]
-Mismatch = Literal["base", "layout"]  # what a mismatched flow gets wrong
 
+Verdict = FlowVerdict
+Mismatch = FlowMismatch  # what a mismatched flow gets wrong
 
-@dataclass(frozen=True)
-class FlowStep:
-    location: Location
-    text: str  # the source line of the step, stripped
-    base: str  # the LSE base after the step: "2" | "e" | "se" (exponentiated) | "?"
-    layout: str  # "[tokens, heads]" | "[heads, tokens]" | "?"
-
-
-@dataclass(frozen=True)
-class FlowEnd:
-    callee: str  # resolved dotted callee
-    location: Location
-    base: str
-    layout: str
-    arg: str = ""  # consumer: the parameter receiving the LSE
-    via: str = ""  # how the callee was resolved
-    convention: str = ""  # where the convention is written (component-contracts.md:line)
-
-
-@dataclass(frozen=True)
-class LseFlow:
-    producer: FlowEnd
-    consumer: FlowEnd
-    steps: tuple[FlowStep, ...]
-    verdict: Verdict
-    reasons: tuple[str, ...] = ()
-    probes: tuple[ProbeRequest, ...] = ()  # the probes that confirm the verdict at run time
-    mismatches: tuple[Mismatch, ...] = ()  # set when the verdict is mismatch
+__all__ = ["HT", "TH", "DataflowFacts", "FlowEnd", "FlowStep", "LseFlow", "Mismatch", "ScaleArgument", "ScaleCall", "Unpacking",
+           "Verdict"]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from enum import Enum
 from functools import cache
 from importlib import resources
@@ -16,6 +17,7 @@ from metax_audit.models import (
     Difference,
     FileRecord,
     Finding,
+    LseFlow,
     ProbeResult,
     Registration,
     SkippedFile,
@@ -74,7 +76,7 @@ def to_json_dict(report: AuditReport) -> dict[str, Any]:
             else None
         ),
         "waivers": _plain(report.waivers),
-        "dataflow": [_plain(f) for f in report.dataflow],
+        "dataflow": [_plain(_flow(f)) for f in report.dataflow],
         "baseline": _plain(report.baseline_info) if report.baseline_info else None,
         "fixed": [_finding(f) for f in report.fixed],
     }
@@ -92,6 +94,13 @@ def write_json(report: AuditReport, path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- pieces
+
+
+def _flow(flow: LseFlow) -> dict[str, Any]:
+    """A flow as the report's JSON holds it; a probe request as the command that reruns it (what a
+    mismatched flow gets wrong is said in its reasons' words)."""
+    return {"producer": asdict(flow.producer), "consumer": asdict(flow.consumer), "steps": [asdict(s) for s in flow.steps],
+            "verdict": flow.verdict, "reasons": list(flow.reasons), "probes": [p.command for p in flow.probes]}
 
 
 def _registration(r: Registration) -> dict[str, Any]:

@@ -427,16 +427,15 @@ def _dataflow_section(report: AuditReport, link: Linker) -> list[str]:
         return out
     rows = []
     for flow in report.dataflow:
-        prod, cons = flow.get("producer", {}), flow.get("consumer", {})
-        ploc, cloc = prod.get("location", {}), cons.get("location", {})
+        prod, cons = flow.producer, flow.consumer
         rows.append([
-            _Raw(f"`{prod.get('callee', '?')}` " + _loc(ploc.get("path", ""), ploc.get("line", 0), link)),
-            f"base {prod.get('base', '?')}, {prod.get('layout', '?')}",
-            _Raw(f"`{cons.get('callee', '?')}({cons.get('arg', '')}=)` " + _loc(cloc.get("path", ""), cloc.get("line", 0), link)),
-            f"base {cons.get('base', '?')}, {cons.get('layout', '?')}",
-            len(flow.get("steps", ())),
-            flow.get("verdict", "?"),
-            "; ".join(flow.get("probes", ())),
+            _Raw(f"`{prod.callee}` " + _loc(prod.location.path, prod.location.line, link)),
+            f"base {prod.base}, {prod.layout}",
+            _Raw(f"`{cons.callee}({cons.arg}=)` " + _loc(cons.location.path, cons.location.line, link)),
+            f"base {cons.base}, {cons.layout}",
+            len(flow.steps),
+            flow.verdict,
+            "; ".join(p.command for p in flow.probes),
         ])
     out += _table(["producer", "produces", "consumer", "expects", "steps", "verdict", "confirm with"], rows)
     out.append("")

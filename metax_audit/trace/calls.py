@@ -7,7 +7,7 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 
-from metax_audit.models import CallArg, CallSite, Location, Unresolved
+from metax_audit.models import CallArg, CallOrigin, CallSite, Location, Unresolved
 from metax_audit.trace.modules import ModuleInfo
 from metax_audit.trace.resolve import (
     Cls,
@@ -59,7 +59,7 @@ class Classifier:
         self.resolver = resolver
         self.kernel_tops = kernel_tops
 
-    def origin(self, dotted: str) -> str:
+    def origin(self, dotted: str) -> CallOrigin:
         o = self.resolver.index.origin_of(dotted)
         if o is not None:
             return o
@@ -311,7 +311,7 @@ class Walker:
                 self.out.calls.setdefault((loc.path, loc.line, call.col_offset, site.resolved), site)
 
     def _site(self, t: Val, call: ast.Call, s: Scope, loc: Location, text: str, branch: str, args, star_a: bool, star_k: bool, method: str | None, fn: Func, depth: int):
-        def site(resolved: str | None, origin: str, via: str, partial_args: tuple[CallArg, ...] = ()) -> CallSite:
+        def site(resolved: str | None, origin: CallOrigin, via: str, partial_args: tuple[CallArg, ...] = ()) -> CallSite:
             return CallSite(loc, fn.dotted, text, resolved, origin, args, star_a, star_k, branch, via, partial_args)
 
         if isinstance(t, Unknown):

@@ -7,6 +7,7 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from metax_audit.pysource import cached_parse, iter_tokens, standalone_comments
 
@@ -14,12 +15,14 @@ from metax_audit.pysource import cached_parse, iter_tokens, standalone_comments
 # statements nested inside functions and the comment lines inside calls; one ast pass per file
 # that the chain really reaches is cheaper than loading both whole packages.
 
+ModuleOrigin = Literal["port", "upstream"]  # which tree a module is read from
+
 
 @dataclass
 class ModuleInfo:
     name: str  # dotted module name
     path: str  # repo-relative posix path (port) or path under the upstream root (upstream)
-    origin: str  # "port" | "upstream"
+    origin: ModuleOrigin
     is_package: bool
     tree: ast.Module
     source: str
@@ -129,7 +132,7 @@ class ModuleIndex:
         self.skips: dict[str, Skip] = {}
         self._texts: dict[str, str] = {}
 
-    def origin_of(self, dotted: str) -> str | None:
+    def origin_of(self, dotted: str) -> ModuleOrigin | None:
         top = dotted.split(".")[0]
         if top == self.port_package.split(".")[0]:
             return "port"
