@@ -246,18 +246,26 @@ def scan_imports(text: str) -> list[ImportStmt]:
 # once per process (memoised by absolute path, size and mtime, so an edited file is read again)
 # removes most of a review's parse time. Trees handed out are shared: callers must not mutate them.
 
-_SOURCE_CACHE_MAX = 4096  # files; the oldest entry goes first beyond this
+# Bounded by the size of the sources held (a tree takes about 30 times its text), not by a count of
+# files: a count (4,096 before) made a 5,000-file review parse every file anew at each of the ~9
+# reads per file, since each stage reads the files in the same order and the oldest went first.
+_SOURCE_CACHE_BYTES = 64 * 1024 * 1024  # of decoded text; the least recently read go first beyond it
+_SOURCE_BYTES: list[int] = [0]
 
 
 class _Entry:
     __slots__ = ("decode_error", "parse_error", "stamp", "text", "tree")
 
     def __init__(self, stamp: tuple[int, int], text: str | None, decode_error: BaseException | None) -> None:
-        self.stamp = stamp
+        self.stamp = stamp  # (size in bytes, mtime)
         self.text = text
         self.decode_error = decode_error
         self.tree: ast.Module | None = None
         self.parse_error: BaseException | None = None
+
+    @property
+    def size(self) -> int:
+        return max(self.stamp[0], 1)
 
 
 _SOURCES: dict[str, _Entry] = {}
@@ -280,6 +288,7 @@ def _freeze_at_exit() -> None:
 def clear_source_cache() -> None:
     """Forget every cached text, tree and token list (tests; long-lived processes)."""
     _SOURCES.clear()
+    _SOURCE_BYTES[0] = 0
     _TOKENS.clear()
     _NODES.clear()
 
@@ -288,9 +297,13 @@ def _entry(path: str | Path) -> _Entry:
     key = os.path.abspath(path)
     st = os.stat(key)  # OSError propagates: an unreadable file is the caller's skip
     stamp = (st.st_size, st.st_mtime_ns)
-    entry = _SOURCES.get(key)
-    if entry is not None and entry.stamp == stamp:
-        return entry
+    entry = _SOURCES.pop(key, None)
+    if entry is not None:
+        _SOURCE_BYTES[0] -= entry.size
+        if entry.stamp == stamp:
+            _SOURCES[key] = entry  # now the most recently read
+            _SOURCE_BYTES[0] += entry.size
+            return entry
     with open(key, "rb") as fh:
         raw = fh.read()
     try:
@@ -301,9 +314,10 @@ def _entry(path: str | Path) -> _Entry:
         error = exc if isinstance(exc, UnicodeDecodeError) else UnicodeDecodeError("utf-8", b"", 0, 1, str(exc))
     entry = _Entry(stamp, text, error)
     _freeze_at_exit()
-    if len(_SOURCES) >= _SOURCE_CACHE_MAX:
-        _SOURCES.pop(next(iter(_SOURCES)))
+    while _SOURCES and _SOURCE_BYTES[0] + entry.size > _SOURCE_CACHE_BYTES:
+        _SOURCE_BYTES[0] -= _SOURCES.pop(next(iter(_SOURCES))).size
     _SOURCES[key] = entry
+    _SOURCE_BYTES[0] += entry.size
     return entry
 
 

@@ -202,7 +202,8 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     from metax_audit.compare import compare, compare_dependencies, module_of
 
     scope = frozenset(module_of(f.path) for f in discovery.files)
-    common = [sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base)]
+    # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
+    common = key("compare-common", sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base))
     regs: dict[str, list[str]] = {}
     for r in discovery.registrations:
         for path in {r.location.path, r.resolved_path or ""}:

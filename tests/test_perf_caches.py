@@ -42,6 +42,32 @@ def test_parse_is_shared_until_the_file_changes(tmp_path: Path) -> None:
     assert isinstance(fresh.body[0], ast.FunctionDef) and fresh.body[0].name == "g"
 
 
+def test_many_small_files_are_parsed_once_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache is bounded by the bytes it holds: 5,000 small files (over the 4,096-file count the
+    cache had) read in two passes, as the stages do, are parsed once each; a file read again is the
+    most recent and outlives one read once before it."""
+    files = []
+    for i in range(5000):
+        files.append(tmp_path / f"m{i}.py")
+        files[-1].write_text(f"x = {i}\n", encoding="utf-8")
+    parses = []
+    real_parse = ast.parse
+    monkeypatch.setattr(pysource.ast, "parse", lambda *a, **k: parses.append(1) or real_parse(*a, **k))
+    for _ in range(2):
+        for f in files:
+            pysource.cached_parse(f)
+    assert len(parses) == 5000
+    pysource.clear_source_cache()
+    monkeypatch.setattr(pysource, "_SOURCE_CACHE_BYTES", 3 * len("x = 0\n"))
+    _, first = pysource.cached_parse(files[0])
+    pysource.cached_parse(files[1])
+    pysource.cached_parse(files[2])
+    assert pysource.cached_parse(files[0])[1] is first  # read again: now the most recent
+    pysource.cached_parse(files[3])  # evicts files[1], the least recently read
+    assert pysource.cached_parse(files[0])[1] is first
+    assert len(parses) == 5000 + 4
+
+
 def test_parse_failures_are_remembered_and_raised_like_ast(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f(:\n", encoding="utf-8")
