@@ -30,6 +30,7 @@ app = typer.Typer(
 )
 
 _state = {"debug": False, "main": False}
+_started: list[float] = []  # main(): when the process started (clock.process_started())
 
 
 def _version(value: bool) -> None:
@@ -195,18 +196,22 @@ def review(
 
 def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, *, exit_zero: bool = False,  # type: ignore[no-untyped-def]
                        new_only: bool = False) -> None:
+    import time
+
+    started = _started[0] if _started else time.perf_counter()  # in-process (CliRunner): from the command
     with _Guard():
         from metax_audit.inventory import exit_code, summary_line
         from metax_audit.outdir import default_output_dir, ensure_writable
         from metax_audit.pipeline import review as run_review
-        from metax_audit.report import replace_file, write_reports
+        from metax_audit.report import replace_file, write_reports_timed
 
         # Never inside the audited checkout by default; checked before the review, printed first.
         out = ensure_writable(output_dir or default_output_dir(options.repo, options.mode, options.rev))
         typer.echo(f"reports: {out / 'summary.md' if 'md' in formats else out}")
         result = run_review(options, _progress(), generate_waivers=generate_waivers is not None)
         report = result.report
-        written = write_reports(report, out, formats)
+        # the stated wall time is the real one: from the process's start to the last report rendered
+        report, written = write_reports_timed(report, out, formats, started)
         if generate_waivers is not None and result.generated_waivers is not None:
             replace_file(generate_waivers, result.generated_waivers)
             written.append(generate_waivers)
@@ -355,6 +360,9 @@ def main() -> None:
     # Non-TTY and CI runs stay quiet and plain; rich only decorates an interactive terminal.
     if os.environ.get("CI"):
         os.environ.setdefault("NO_COLOR", "1")
+    from metax_audit.clock import process_started
+
+    _started[:] = [process_started()]
     _state["main"] = True
     try:
         app()

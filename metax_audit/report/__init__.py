@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
@@ -31,6 +33,15 @@ def write_reports(report: AuditReport, output_dir: Path, formats: Sequence[str])
     place, file by file: a reader never sees a half-written report, and a symlink already in the
     output directory (`summary.md -> ../victim`, `files -> /elsewhere`) is replaced, never
     written through."""
+    return write_reports_timed(report, output_dir, formats, None)[1]
+
+
+def write_reports_timed(report: AuditReport, output_dir: Path, formats: Sequence[str],
+                        started: float | None) -> tuple[AuditReport, list[Path]]:
+    """write_reports; with `started` (a time.perf_counter() value: the process's start), the reports
+    state the real wall time, from `started` to the last report rendered: everything is rendered
+    first, report.json up to its wall time, then the time is taken and summary.md rendered last.
+    Returns the report as stated (its wall time) and the files written."""
     from metax_audit import tempdirs
     from metax_audit.report import json_report, junit, markdown, sarif
 
@@ -42,26 +53,32 @@ def write_reports(report: AuditReport, output_dir: Path, formats: Sequence[str])
         with tempdirs.scratch("report", parent=output_dir) as stage:
             staged: list[str] = []
             if "md" in chosen:
-                staged += _write_markdown(report, stage, output_dir, markdown)
-            if "json" in chosen:
-                staged.append(json_report.write_json(report, stage / "report.json").name)
+                staged += _write_pages(report, stage, output_dir, markdown)
             if "sarif" in chosen:
                 staged.append(sarif.write_sarif(report, stage / "report.sarif").name)
             if "junit" in chosen:
                 staged.append(junit.write_junit(report, stage / "report.junit.xml").name)
+            fill_wall = json_report.dumps_until_wall(report) if "json" in chosen else None
+            if started is not None:
+                report = replace(report, wall_seconds=round(time.perf_counter() - started, 2))
+            if fill_wall is not None:
+                (stage / "report.json").write_text(fill_wall(report.wall_seconds), encoding="utf-8")
+                staged.append("report.json")
+            if "md" in chosen:
+                (stage / "summary.md").write_text(
+                    markdown.render_summary(report, markdown.source_linker(report, output_dir)), encoding="utf-8")
+                staged.insert(0, "summary.md")
             written = _move_into_place(stage, output_dir, staged, markdown.FILES_DIR if "md" in chosen else None)
     except OSError as exc:
         raise ReportError(f"could not write reports into {output_dir}: {exc}; choose another --output-dir") from exc
-    return sorted(written)
+    return report, sorted(written)
 
 
-def _write_markdown(report: AuditReport, stage: Path, final: Path, markdown: ModuleType) -> list[str]:
-    """summary.md and the pages into `stage`, linked as they will be from `final`; staged names."""
+def _write_pages(report: AuditReport, stage: Path, final: Path, markdown: ModuleType) -> list[str]:
+    """The per-file pages into `stage`, linked as they will be from `final`; staged names."""
     pages = stage / markdown.FILES_DIR
     pages.mkdir()
-    (stage / "summary.md").write_text(markdown.render_summary(report, markdown.source_linker(report, final)),
-                                      encoding="utf-8")
-    names = ["summary.md"]
+    names = []
     page_link = markdown.source_linker(report, final / markdown.FILES_DIR)
     for rec in report.files:
         name = markdown.page_name(rec.path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from enum import Enum
 from functools import cache
@@ -86,6 +87,22 @@ def to_json_dict(report: AuditReport) -> dict[str, Any]:
 
 def dumps(report: AuditReport) -> str:
     return json.dumps(to_json_dict(report), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+_WALL_UNSET = -1.0
+_WALL_LINE = '\n  "wall_seconds": '  # top level (indent 2): a string in JSON never holds a raw newline
+
+
+def dumps_until_wall(report: AuditReport) -> Callable[[float], str]:
+    """The report rendered now, but for its wall time: the returned function fills that in (the run
+    is timed to the last report rendered, and this one is the largest to render)."""
+    from dataclasses import replace
+
+    text = dumps(replace(report, wall_seconds=_WALL_UNSET))
+    mark = f"{_WALL_LINE}{_WALL_UNSET}"
+    if text.count(mark) != 1:  # never expected: the key is written once, at top level
+        raise ValueError("report.json: the wall_seconds line is not unique")
+    return lambda wall: text.replace(mark, f"{_WALL_LINE}{json.dumps(round(wall, 3))}", 1)
 
 
 def write_json(report: AuditReport, path: Path) -> Path:

@@ -311,7 +311,9 @@ _LAST_INDEX: list[_Index] = []
 
 
 def _index(report: AuditReport) -> _Index:
-    if not _LAST_INDEX or _LAST_INDEX[0].report is not report:
+    last = _LAST_INDEX[0].report if _LAST_INDEX else None
+    # the same findings and backends (a report only re-timed by replace() keeps both): the same index
+    if last is None or last.findings is not report.findings or last.backends is not report.backends:
         _LAST_INDEX[:] = [_Index(report)]
     return _LAST_INDEX[0]
 
