@@ -169,25 +169,62 @@ def _from_mapping(data: dict[str, Any], origin: str) -> AuditConfig:
     return replace(defaults, **values)
 
 
-def departures(config: AuditConfig) -> list[str]:
-    """What in `config` makes the review see less than the defaults would, or lets more through:
-    a narrower scope or a raised limit. A review reports these, so a repository's own config cannot
-    turn a failing review into a passing one without saying so."""
+def python_files(root: Path, pattern: str) -> list[str]:
+    """Repo-relative paths of the .py files under `root` that `pattern` matches. Path.glob understands
+    "**" as any number of directories; only files ending .py can be parsed, so other matches are not
+    part of the Python scope."""
+    return [p.relative_to(root).as_posix() for p in root.glob(pattern) if p.suffix == ".py" and p.is_file()
+            and "__pycache__" not in p.parts]
+
+
+def scope_files(root: Path, config: AuditConfig) -> list[str]:
+    """The files in the scope of `config` under `root`, each once, in the order of its globs."""
+    return list(dict.fromkeys(rel for pattern in config.scope_globs for rel in python_files(root, pattern)))
+
+
+def departures(config: AuditConfig, root: Path) -> list[str]:
+    """What in `config` makes the review of the repository at `root` see less than the defaults
+    would, or lets more through: a narrower scope or a raised limit. A review reports these, so a
+    repository's own config cannot turn a failing review into a passing one without saying so.
+
+    The scope and the kernel modules are judged by what they leave out of this repository, not by
+    the globs and names of the MetaX defaults: a config for another port (docs/ports/vllm-ascend.yaml)
+    does not narrow anything by leaving out default globs that select nothing in its repository,
+    or kernel packages that none of its files import."""
     default = replace(AuditConfig(), port_package=config.port_package)
     out: list[str] = []
-    dropped = [g for g in default.scope_globs if g not in config.scope_globs]
-    if dropped:
-        out.append(f"scope leaves out {len(dropped)} default glob(s) ({', '.join(dropped)})")
+    default_scope, scope = scope_files(root, default), scope_files(root, config)
+    left = sorted(set(default_scope) - set(scope))
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        out.append(f"scope leaves out {len(left)} file(s) the default globs select ({shown})")
     if config.platform_path != default.platform_path:
         out.append(f"platform-file is {config.platform_path} (default {default.platform_path})")
     if config.max_file_bytes > default.max_file_bytes:
         out.append(f"max-file-bytes raised to {config.max_file_bytes} (default {default.max_file_bytes})")
-    missing = [m for m in default.kernel_modules if m not in config.kernel_modules]
+    dropped = [m for m in default.kernel_modules if m not in config.kernel_modules]
+    missing = sorted(_imported(root, {*default_scope, *scope}, dropped)) if dropped else []
     if missing:
-        out.append(f"kernel-modules leaves out {', '.join(missing)}")
+        out.append(f"kernel-modules leaves out {', '.join(missing)}, which the port imports")
     if config.severity_overrides:
         out.append(f"severity-overrides change {len(config.severity_overrides)} rule(s)")
     return out
+
+
+def _imported(root: Path, files: set[str], modules: list[str]) -> set[str]:
+    """Those of `modules` (top-level packages) that an import statement of one of `files` names."""
+    from metax_audit.pysource import cached_text, scan_imports
+
+    found: set[str] = set()
+    for rel in files:
+        try:
+            text = cached_text(root / rel)
+        except (OSError, ValueError):
+            continue
+        for stmt in scan_imports(text):
+            heads = [stmt.module] if stmt.module and not stmt.level else [] if stmt.level else list(stmt.names)
+            found.update(m for m in modules if any(h == m or h.startswith(m + ".") for h in heads))
+    return found
 
 
 def load_config(root: Path, explicit: Path | None = None) -> AuditConfig:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from metax_audit.config import AuditConfig
+from metax_audit.config import AuditConfig, python_files, scope_files
 from metax_audit.errors import DiscoverError
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import (
@@ -104,18 +104,8 @@ def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def _python_files(root: Path, pattern: str) -> list[str]:
-    # Path.glob understands "**" as any number of directories; only files ending .py can be parsed,
-    # so other matches are not part of the Python scope.
-    return [_rel(root, p) for p in root.glob(pattern) if p.suffix == ".py" and p.is_file()
-            and "__pycache__" not in p.parts]
-
-
 def _scope(root: Path, config: AuditConfig) -> dict[str, str]:
-    scoped: dict[str, str] = {}
-    for pattern in config.scope_globs:
-        for rel in _python_files(root, pattern):
-            scoped.setdefault(rel, "glob")
+    scoped = dict.fromkeys(scope_files(root, config), "glob")
     if config.platform_path in scoped:
         scoped[config.platform_path] = "platform"
     return scoped
@@ -143,9 +133,9 @@ def _narrow(root: Path, scoped: dict[str, str], paths: Sequence[str]) -> tuple[d
     kept = {rel: why for rel, why in scoped.items() if _selected(rel, wanted)}
     for w in wanted:
         if _GLOB_CHARS.search(w):
-            extra = _python_files(root, w)
+            extra = python_files(root, w)
         elif (root / w).is_dir():
-            extra = _python_files(root, f"{w}/**/*.py")
+            extra = python_files(root, f"{w}/**/*.py")
         else:
             extra = [w] if (root / w).is_file() else []
             if extra and not w.endswith(".py"):

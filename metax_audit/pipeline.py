@@ -156,7 +156,7 @@ def _audit_snapshot(
     snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
 ) -> tuple[AuditReport, str | None]:
     config = load_config(snap.root, options.config_file)
-    changed = departures(config)
+    changed = departures(config, snap.root)
     if changed:  # a config that narrows scope or raises limits is itself part of the record
         run.stages.append(StageRecord("config", True, 0.0, "the config narrows the review: " + "; ".join(changed)))
     entry = None

@@ -29,3 +29,48 @@ def test_port_package_from_the_repos_config(tmp_path: Path) -> None:
     assert "vllm_ascend/v1/attention/backends/npu.py" in [f["path"] for f in data["files"]]
     t = runner.invoke(app, ["trace", "all", "--staged", "--repo", str(repo)])
     assert t.exit_code == 2 and "registered: none" in t.output
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_another_ports_config_narrows_nothing_the_metax_defaults_name(tmp_path: Path) -> None:
+    """docs/ports/vllm-ascend.yaml keeps its own scope and kernel modules: the MetaX default globs
+    select nothing in an Ascend layout and no file imports flashinfer, so nothing is left out."""
+    from metax_audit.config import _load_file, departures
+
+    project = Path(__file__).resolve().parents[1]
+    config = _load_file(project / "docs" / "ports" / "vllm-ascend.yaml")
+    root = _tree(tmp_path / "ascend", {
+        "vllm_ascend/platform.py": "import torch_npu\n",
+        "vllm_ascend/attention/attention_v1.py": "import torch_npu\nfrom vllm_ascend.ops import x\n",
+        "vllm_ascend/_310p/attention/attention_v1.py": "X = 1\n",
+    })
+    assert departures(config, root) == []
+    # the same config on a tree where the defaults would reach more, and a kernel package it drops is imported
+    _tree(root, {"vllm_ascend/models/qwen/attention.py": "from flashinfer import decode\n"})
+    said = departures(config, root)
+    assert said == ["scope leaves out 1 file(s) the default globs select (vllm_ascend/models/qwen/attention.py)",
+                    "kernel-modules leaves out flashinfer, which the port imports"]
+
+
+def test_a_metax_config_that_narrows_scope_names_the_files_left_out(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from metax_audit.config import AuditConfig, departures
+
+    root = _tree(tmp_path / "metax", {
+        "vllm_metax/platform.py": "X = 1\n",
+        **{f"vllm_metax/v1/attention/backends/b{i}.py": "import flash_attn\n" for i in range(7)},
+    })
+    config = replace(AuditConfig(), scope=("{port}/platform.py",), kernel_modules=())
+    said = departures(config, root)
+    assert said[0] == ("scope leaves out 7 file(s) the default globs select (vllm_metax/v1/attention/backends/b0.py, "
+                       "vllm_metax/v1/attention/backends/b1.py, vllm_metax/v1/attention/backends/b2.py, "
+                       "vllm_metax/v1/attention/backends/b3.py, vllm_metax/v1/attention/backends/b4.py and 2 more)")
+    assert said[1] == "kernel-modules leaves out flash_attn, which the port imports"
+    assert departures(AuditConfig(), root) == []
