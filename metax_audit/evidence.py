@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from metax_audit.config import AuditConfig
 from metax_audit.errors import AuditError
 
 SCHEMA = "metax-audit/environment/v1"
@@ -126,16 +127,20 @@ def _worker(packages: Sequence[str]) -> dict[str, Any]:
     return facts
 
 
-def collect_environment(*, python: str | None = None, packages: Sequence[str] = DEFAULT_PACKAGES, timeout: float = 120) -> dict[str, Any]:
+def collect_environment(*, python: str | None = None, packages: Sequence[str] = DEFAULT_PACKAGES, timeout: float = 120,
+                        never_import: Sequence[str] = (AuditConfig.port_package,)) -> dict[str, Any]:
     """The environment record of `python` (default: this interpreter), gathered in a subprocess
-    so a broken torch install is a recorded fact, not our crash."""
+    so a broken torch install is a recorded fact, not our crash. The worker stands behind the port
+    fence (`never_import`: the port's packages; subproc.fenced): it reads the port's version from
+    its metadata and never imports it, nor a sitecustomize of its checkout."""
     from metax_audit.subproc import run_python
 
     root = Path(__file__).resolve().parent.parent
     import os
 
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    done = run_python(python or sys.executable, ["-m", "metax_audit.evidence", "--worker", *packages], env=env, timeout=timeout)
+    done = run_python(python or sys.executable, ["-m", "metax_audit.evidence", "--worker", *packages], env=env, timeout=timeout,
+                      never_import=never_import)
     if done.timed_out:
         return {"schema": SCHEMA, "error": f"environment worker timed out after {timeout:g}s", "stderr_tail": done.stderr[-1000:]}
     try:
@@ -180,6 +185,9 @@ def diff_environment(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        from metax_audit.introspect_worker.fence import enter_site
+
+        enter_site()  # the port fence first, then site (started with -S): see subproc.fenced
         print(json.dumps(_worker(sys.argv[2:] or DEFAULT_PACKAGES), default=str))
     else:
         print(json.dumps(collect_environment(), indent=2, default=str))

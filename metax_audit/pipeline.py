@@ -538,7 +538,7 @@ def _probe_stage(st: _Stages, trace: TraceResult, flows: Sequence[LseFlow]) -> l
         st.run.skipped("probe", "not requested (review --probe runs the probes the findings name)")
         return []
     with st.run.stage("probe", st.progress) as notes:
-        probe_results = _probes_for(trace, flows, st.options, notes)
+        probe_results = _probes_for(trace, flows, st.options, notes, (st.config.port_package,))
         from metax_audit.probing import probe_findings
 
         st.run.findings += probe_findings(probe_results)
@@ -627,7 +627,8 @@ def _introspect_notes(facts: StackFacts) -> list[str]:
     return notes
 
 
-def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOptions, notes: list[str]) -> list[ProbeResult]:
+def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOptions, notes: list[str],
+                port_packages: Sequence[str]) -> list[ProbeResult]:
     """The probes of every traced kernel with a built-in adapter, plus the probe each LSE flow
     names to confirm its verdict; each (target, family, probe) runs once."""
     from metax_audit.probing import run_probes, targets_from_trace
@@ -645,6 +646,6 @@ def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOpt
     results: list[ProbeResult] = []
     for (target, family), probes in sorted(plan.items()):
         results += run_probes(target=target, family=family, probes=tuple(sorted(probes)), python=options.python,
-                              extra_path=options.extra_path)
+                              extra_path=options.extra_path, port_packages=port_packages)
     notes.append(f"{len(results)} probe results over {len(plan)} targets")
     return results

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from metax_audit.config import AuditConfig
 from metax_audit.errors import ProbeError
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import BackendChain, Category, Finding, Location, ProbeResult, Severity
@@ -17,6 +18,7 @@ from metax_audit.models import BackendChain, Category, Finding, Location, ProbeR
 MARKER = "PROBE-OUTCOME "
 READY = "PROBE-READY "
 _PROBES_ROOT = Path(__file__).resolve().parent.parent  # the directory holding the `probes` package
+DEFAULT_PORT = (AuditConfig.port_package,)  # what a probe worker never imports unless told otherwise
 
 BUILTIN_PROBES = ("lse", "layout", "fp8-scale", "dcp", "query-count", "padding", "graph-capture")
 BUILTIN_FAMILIES = ("paged-decode", "paged-prefill", "ragged-prefill", "merge-states", "dcp-local-seq-lens")
@@ -136,6 +138,7 @@ def run_probes(
     python: str | None = None,
     extra_path: Sequence[Path] = (),
     options: Mapping[str, str] | None = None,
+    port_packages: Sequence[str] = DEFAULT_PORT,
 ) -> list[ProbeResult]:
     """Run probes on `target`, all in one worker subprocess (`python -m probes worker`).
 
@@ -143,17 +146,30 @@ def run_probes(
     empty `probes` means every probe that applies to the family. `python` is the target
     interpreter (default: this one); `extra_path` is prepended to its PYTHONPATH (after the
     directory holding `probes`). A crash, non-JSON output or a timeout is an `error` result for
-    that probe; the worker is restarted for the next one."""
+    that probe; the worker is restarted for the next one. The worker never imports the port
+    (`port_packages`) unless the target is the port's own code (port_fence)."""
     fam, jobs = _jobs(target, family, probes, options)
-    return run_jobs(target, fam, jobs, device=device, timeout=timeout, python=python, extra_path=extra_path)
+    return run_jobs(target, fam, jobs, device=device, timeout=timeout, python=python, extra_path=extra_path,
+                    port_packages=port_packages)
 
 
 def run_targets(pairs: Sequence[tuple[str, str]], *, probes: Sequence[str], device: str = "auto", timeout: float = 300,
-                python: str | None = None, options: Mapping[str, str] | None = None) -> list[ProbeResult]:
+                python: str | None = None, options: Mapping[str, str] | None = None,
+                port_packages: Sequence[str] = DEFAULT_PORT) -> list[ProbeResult]:
     """run_probes for several (target, family) pairs, one worker each (side by side on a GPU);
     `options` go to every probe (e.g. world_size for dcp across real ranks)."""
     groups = [(t, *_jobs(t, f or None, probes, options)) for t, f in pairs]
-    return run_many(groups, device=device, timeout=timeout, python=python, strict=True)
+    return run_many(groups, device=device, timeout=timeout, python=python, strict=True, port_packages=port_packages)
+
+
+def port_fence(target: str, port_packages: Sequence[str]) -> tuple[str, ...] | None:
+    """The packages the worker of `target` must never import (subproc.fenced): the port's, unless the
+    target is the port's own code, which the user asked to run: a port-* built-in (its op file loaded
+    from the port's source tree), a module of the port, or a file the target names by path (None)."""
+    module = target.split(":", 1)[0]
+    if target.startswith("port-") or module.endswith(".py") or "/" in module or module.split(".")[0] in port_packages:
+        return None
+    return tuple(port_packages)
 
 
 def _jobs(target: str, family: str | None, probes: Sequence[str], options: Mapping[str, str] | None) -> tuple[str, list[tuple[str, dict[str, str]]]]:
@@ -188,7 +204,7 @@ def needs_cuda(target: str, probe: str, options: Mapping[str, str]) -> bool:
 
 def run_jobs(target: str, family: str, jobs: Sequence[tuple[str, Mapping[str, str]]], *, device: str = "auto",
              timeout: float = 300, python: str | None = None, extra_path: Sequence[Path] = (),
-             strict: bool = False) -> list[ProbeResult]:
+             strict: bool = False, port_packages: Sequence[str] = DEFAULT_PORT) -> list[ProbeResult]:
     """Every (probe, options) job of one target in one worker process. Without a CUDA device, jobs
     that need one are skipped here, before any process starts. A target that cannot be loaded is a
     ProbeError when `strict` (the probe command: one line, exit 2), else an `error` result per job
@@ -206,7 +222,8 @@ def run_jobs(target: str, family: str, jobs: Sequence[tuple[str, Mapping[str, st
     if todo:
         env = {"PYTHONPATH": os.pathsep.join([str(_PROBES_ROOT), *map(str, extra_path), *filter(None, [os.environ.get("PYTHONPATH")])]),
                "PYTHONUNBUFFERED": "1"}
-        with _Worker(python or sys.executable, target, family, device, env, timeout, strict) as worker:
+        with _Worker(python or sys.executable, target, family, device, env, timeout, strict,
+                     port_fence(target, port_packages)) as worker:
             for i in todo:
                 probe, opts = jobs[i]
                 results[i] = worker.ask(probe, opts)
@@ -215,7 +232,7 @@ def run_jobs(target: str, family: str, jobs: Sequence[tuple[str, Mapping[str, st
 
 def run_many(groups: Sequence[tuple[str, str, Sequence[tuple[str, Mapping[str, str]]]]], *, device: str = "auto",
              timeout: float = 300, python: str | None = None, extra_path: Sequence[Path] = (), parallel: int | None = None,
-             on_result: Any = None, strict: bool = False) -> list[ProbeResult]:
+             on_result: Any = None, strict: bool = False, port_packages: Sequence[str] = DEFAULT_PORT) -> list[ProbeResult]:
     """run_jobs for several targets, one worker each. On a CUDA machine the workers run side by side
     (`parallel`, default up to 4: start-up, JIT loads and CPU-side references overlap); on CPU one
     at a time. Results come back in the order asked; `on_result(r)` sees each as it finishes."""
@@ -228,7 +245,8 @@ def run_many(groups: Sequence[tuple[str, str, Sequence[tuple[str, Mapping[str, s
 
     def one(group: tuple[str, str, Sequence[tuple[str, Mapping[str, str]]]]) -> list[ProbeResult]:
         tgt, fam, jobs = group
-        rs = run_jobs(tgt, fam, jobs, device=device, timeout=timeout, python=python, extra_path=extra_path, strict=strict)
+        rs = run_jobs(tgt, fam, jobs, device=device, timeout=timeout, python=python, extra_path=extra_path, strict=strict,
+                      port_packages=port_packages)
         if on_result is not None:
             with lock:
                 for r in rs:
@@ -255,8 +273,9 @@ class _Worker:
     """One `python -m probes worker` process for one target; restarted after a crash or hang."""
 
     def __init__(self, python: str, target: str, family: str, device: str, env: Mapping[str, str], timeout: float,
-                 strict: bool) -> None:
+                 strict: bool, never_import: tuple[str, ...] | None = None) -> None:
         self._strict = strict
+        self._never_import = never_import
         self._unloadable: str | None = None
         self._args = ["-m", "probes", "worker", "--family", family, "--target", target, "--device", device]
         self._python, self._env, self._timeout = python, dict(env), timeout
@@ -288,7 +307,8 @@ class _Worker:
 
         assert self._cwd is not None
         self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed in _stop)
-        self._proc = spawn_python(self._python, self._args, cwd=self._cwd, env=self._env, stderr=self._stderr)
+        self._proc = spawn_python(self._python, self._args, cwd=self._cwd, env=self._env, stderr=self._stderr,
+                                  never_import=self._never_import)
         self._lines: queue.Queue[str | None] = queue.Queue()
 
         def pump(stream: Any, sink: queue.Queue[str | None]) -> None:

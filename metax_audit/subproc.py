@@ -125,6 +125,20 @@ def start(args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str
 PYTHON_ENV = {"PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def fenced(never_import: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
+    """The extra flags and environment of a worker that must never import the port (`never_import`:
+    its top-level packages; None: no fence). It starts with -S and learns the names from FENCE_ENV;
+    its first act is introspect_worker.fence.enter_site(), which stands the fence and only then runs site,
+    so .pth files of an editable install and a sitecustomize in the port's checkout meet the fence."""
+    if never_import is None:
+        return [], {}
+    import json
+
+    from metax_audit.introspect_worker.fence import FENCE_ENV
+
+    return ["-S"], {FENCE_ENV: json.dumps(sorted(set(never_import)))}
+
+
 def run_python(
     interpreter: str,
     args: Sequence[str],
@@ -133,26 +147,32 @@ def run_python(
     timeout: float | None = 120,
     input: str | None = None,
     isolated: bool = False,
+    never_import: Sequence[str] | None = None,
 ) -> Completed:
     """Run `interpreter -B [-I] ARGS` with PYTHON_ENV from a neutral, empty cwd, never the caller's or
     the audited repo's (a json.py or torch.py there must not be imported). `isolated` adds -I (no
-    PYTHON* variables, no user site) for helpers that need nothing from the environment."""
+    PYTHON* variables, no user site) for helpers that need nothing from the environment;
+    `never_import` starts it behind the port fence (see fenced())."""
     from metax_audit import tempdirs
 
-    flags = ["-B", "-I"] if isolated else ["-B"]
+    flags, fence = fenced(never_import)
+    flags = ["-B", "-I", *flags] if isolated else ["-B", *flags]
     with tempdirs.scratch("cwd") as cwd:
-        return run([interpreter, *flags, *args], cwd=cwd, env={**PYTHON_ENV, **(env or {})}, timeout=timeout,
+        return run([interpreter, *flags, *args], cwd=cwd, env={**PYTHON_ENV, **(env or {}), **fence}, timeout=timeout,
                    input=input)
 
 
 def spawn_python(interpreter: str, args: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
-                 stderr: IO[str]) -> subprocess.Popen[str]:
+                 stderr: IO[str], never_import: Sequence[str] | None = None) -> subprocess.Popen[str]:
     """Start `interpreter -B ARGS` with PYTHON_ENV as a long-lived worker that talks in lines over
     stdin/stdout (the probe worker: one per target), from `cwd` (the caller's private empty
     directory, tempdirs.make("cwd")), in a new process group so that it and anything it started
-    (JIT compilers) can be killed together. Raises SubprocessError when it cannot start."""
+    (JIT compilers) can be killed together; behind the port fence with `never_import` (see
+    fenced()). Raises SubprocessError when it cannot start."""
+    flags, fence = fenced(never_import)
     try:
-        return subprocess.Popen([interpreter, "-B", *args], cwd=cwd, env={**os.environ, **PYTHON_ENV, **(env or {})},
+        return subprocess.Popen([interpreter, "-B", *flags, *args], cwd=cwd,
+                                env={**os.environ, **PYTHON_ENV, **(env or {}), **fence},
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, errors="replace",
                                 bufsize=1, start_new_session=True)
     except OSError as exc:

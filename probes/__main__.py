@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--device", default="auto")
     w.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    from metax_audit.introspect_worker.fence import enter_site
+
+    enter_site()  # started by metax-audit with -S: the port fence first, then site (metax_audit.subproc.fenced)
     if args.cmd == "worker":
         return worker(args.target, args.family, args.device, args.seed)
 

@@ -132,9 +132,10 @@ def test_shadowing_modules_in_the_repo_never_run(tmp_path: Path, demo_repo: Path
     assert fingerprint(demo_repo) == before  # no __pycache__ either
 
 
-def test_editable_install_of_the_port_is_never_imported(tmp_path: Path, demo_repo: Path) -> None:
-    """The port installed editable into --python's environment, named among the kernel modules of its
-    own config, with a sitecustomize and a torch.py at the repo root: none of it runs."""
+def editable_install(tmp_path: Path, demo_repo: Path) -> tuple[Path, list[Path]]:
+    """A venv (over this interpreter's site-packages) with the port installed editable (a .pth naming
+    its checkout), a sitecustomize and a torch.py at the repo root and a marker in the port's
+    __init__: the venv's python and the markers (sitecustomize's first)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -145,6 +146,13 @@ def test_editable_install_of_the_port_is_never_imported(tmp_path: Path, demo_rep
     init = demo_repo / "vllm_metax" / "__init__.py"
     init.write_text(init.read_text() + MARKER_CODE.format(path=str(tmp_path / "ran-port")))
     markers.append(tmp_path / "ran-port")
+    return python, markers
+
+
+def test_editable_install_of_the_port_is_never_imported(tmp_path: Path, demo_repo: Path) -> None:
+    """The port installed editable into --python's environment, named among the kernel modules of its
+    own config, with a sitecustomize and a torch.py at the repo root: none of it runs."""
+    python, markers = editable_install(tmp_path, demo_repo)
     (demo_repo / ".metax-audit.yaml").write_text("kernel-modules: [flashinfer, vllm_metax, torch]\n")
     before = fingerprint(demo_repo)
     r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--fail-on", "never", "--python", str(python)))
@@ -154,6 +162,38 @@ def test_editable_install_of_the_port_is_never_imported(tmp_path: Path, demo_rep
     # the fence is what held: the same interpreter without it does run the repo's sitecustomize
     subprocess.run([str(python), "-c", "pass"], cwd=tmp_path, check=True)
     assert markers[0].exists()
+
+
+def test_evidence_and_probe_workers_stand_behind_the_port_fence(tmp_path: Path, demo_repo: Path) -> None:
+    """The evidence worker and a probe worker of a kernel target, in an interpreter where the port is
+    installed editable with a sitecustomize in its checkout: neither the port nor the checkout's
+    modules run; the evidence still reads the interpreter's packages. A probe of the port's own code
+    (asked for by name) does import it."""
+    python, markers = editable_install(tmp_path, demo_repo)
+    before = fingerprint(demo_repo)
+    r = run_tool(tmp_path, "evidence", "--json", "--python", str(python))
+    assert r.returncode == 0, r.stderr
+    assert '"torch"' in r.stdout and str(python.parent.parent) in r.stdout
+    r = run_tool(tmp_path, "probe", "--target", "torch-reference", "--family", "paged-decode", "--probes", "lse",
+                 "--device", "cpu", "--python", str(python), "--output-dir", str(tmp_path / "probes"))
+    # the checkout's torch.py comes first on that interpreter's path: the fence refuses it, and says so
+    assert r.returncode == 1, r.stderr
+    assert "torch comes from the port's checkout" in (tmp_path / "probes" / "probes.md").read_text()
+    assert [m for m in markers if m.exists()] == []
+    assert fingerprint(demo_repo) == before
+    r = run_tool(tmp_path, "probe", "--target", "vllm_metax:no_such_kernel", "--family", "paged-decode", "--probes", "lse",
+                 "--device", "cpu", "--python", str(python), "--output-dir", str(tmp_path / "probes"))
+    assert r.returncode == 2 and "no_such_kernel" in r.stderr, r.stderr
+    assert (tmp_path / "ran-port").exists()  # asked for by name: the port's own code is what runs
+
+
+def test_port_fence_of_a_probe_target() -> None:
+    from metax_audit.probing import port_fence
+
+    assert port_fence("flashinfer:BatchDecodeWithPagedKVCacheWrapper", ["vllm_metax"]) == ("vllm_metax",)
+    assert port_fence("torch-reference", ["vllm_ascend"]) == ("vllm_ascend",)
+    for asked in ("port-triton:merge_attn_states", "vllm_metax.v1.ops:decode", "ops/kernel.py:decode"):
+        assert port_fence(asked, ["vllm_metax"]) is None
 
 
 # ---------------------------------------------------------------- 4/5. exit codes and hostile config values
