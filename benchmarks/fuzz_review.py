@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -88,37 +89,132 @@ IDENTS = ["forward", "query", "self", "kv_cache", "None", "scale", "metadata", "
 GARBAGE = ["(", ")", "[", "]", ":", "lambda", "**", "=", "yield", "@", "\\", '"""', "'", "if", "else", "->", "async"]
 
 
-def _deep(rng: random.Random) -> tuple[str, str]:
-    kind = rng.choice(["binop", "unary", "calls", "lists", "attrs", "blocks", "strings", "boolops", "compare"])
-    n = rng.choice([20, 60, 99, 101, 150, 190, 500, 2000, 5000])
+DEEP_KINDS = ["binop", "unary", "calls", "lists", "attrs", "subscripts", "ifexp", "strings", "boolops", "compare"]
+
+
+def _deep_expr(rng: random.Random, kind: str, n: int) -> str:
+    """One expression nested `n` deep (bounded where the parser itself refuses deeper)."""
     if kind == "binop":
-        code = "X = " + " + ".join(["a"] * n)
-    elif kind == "unary":
-        code = "X = " + "-" * n + "1"
-    elif kind == "calls":
+        return " + ".join(["a"] * n)
+    if kind == "unary":
+        return "-" * n + "1"
+    if kind == "calls":
         n = min(n, 190)  # the parser refuses 200 nested parentheses itself
-        code = "X = " + "f(" * n + ")" * n
-    elif kind == "lists":
+        return "f(" * n + ")" * n
+    if kind == "lists":
         n = min(n, 190)
-        code = "X = " + "[" * n + "]" * n
-    elif kind == "attrs":
-        code = "X = a" + ".b" * n
-    elif kind == "blocks":
+        return "[" * n + "]" * n
+    if kind == "attrs":
+        return "a" + ".b" * n
+    if kind == "subscripts":
+        n = min(n, 190)
+        return "a[" * n + "0" + "]" * n
+    if kind == "ifexp":
+        return " if c else ".join(["a"] * n)
+    if kind == "strings":
+        return "(\n" + "\n".join(f"    'a{i}'" for i in range(n)) + ")"
+    if kind == "boolops":
+        return " and ".join(f"(a or b{i})" for i in range(n))
+    return "a" + " < a" * n
+
+
+def _deep(rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice([*DEEP_KINDS, "blocks"])
+    n = rng.choice([20, 60, 99, 101, 150, 190, 500, 2000, 5000])
+    if kind == "blocks":
         n = min(n, 98)  # the tokenizer refuses 100 indentation levels
         code = "\n".join("    " * i + "if x:" for i in range(n)) + "\n" + "    " * n + "pass"
-    elif kind == "strings":
-        code = "X = (\n" + "\n".join(f"    'a{i}'" for i in range(n)) + ")"
-    elif kind == "boolops":
-        code = "X = " + " and ".join(f"(a or b{i})" for i in range(n))
     else:
-        code = "X = a" + " < a" * n
+        code = "X = " + _deep_expr(rng, kind, n)
     return f"deep-{kind}", code + "\n"
 
 
-def mutate(repo: Path, rng: random.Random, marker_dir: Path) -> list[str]:
+# Where a deep expression goes so that each stage meets it: inside a call the trace records (wrapping
+# the call, as an argument, as a keyword: trace, the call checks, dataflow), a method's return value
+# (dataflow), a class attribute (capability and graph-capture checks), a decorator and a default
+# (discover, compare's signatures), a module constant (inventory); findings and the report carry it.
+DEEP_PLACES = ["wrap-call", "call-arg", "call-kwarg", "return", "class-attr", "decorator", "default", "module"]
+_CALL_LINE = re.compile(r"^(?P<indent>[ \t]{8,})(?P<lhs>(?:[\w.]+(?:\s*,\s*[\w.]+)*\s*=\s*)?)(?P<call>[\w.]+\()(?P<rest>.*)$")
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth < 0:
+            return False
+    return depth == 0 and "#" not in text and '"' not in text and "'" not in text
+
+
+def place_deep(repo: Path, rng: random.Random) -> str | None:
+    """Put one deep expression at a stage-targeted place of a random port file; its name, or None
+    when the file offers no such place (the caller picks another)."""
+    files = sorted(p for p in (repo / "vllm_metax").rglob("*.py") if p.is_file() and not p.is_symlink())
+    target = rng.choice(files)
+    place = rng.choice(DEEP_PLACES)
+    kind = rng.choice(DEEP_KINDS)
+    expr = _deep_expr(rng, kind, rng.choice([20, 99, 150, 190, 400, 900, 1500, 2500, 5000]))
+    lines = target.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    if place in ("wrap-call", "call-arg", "call-kwarg"):
+        calls = [i for i, ln in enumerate(lines) if (m := _CALL_LINE.match(ln.rstrip("\n"))) and _balanced(m.group("call") + m.group("rest"))]
+        if not calls:
+            return None
+        i = rng.choice(calls)
+        m = _CALL_LINE.match(lines[i].rstrip("\n"))
+        assert m is not None
+        head, call, rest = m.group("indent") + m.group("lhs"), m.group("call"), m.group("rest")
+        if place == "wrap-call":  # the call becomes the innermost operand of the deep expression
+            body = f"{call}{rest}"
+            new = f"{head}({body}) + {expr}" if kind in ("binop", "compare", "boolops") else f"{head}[{body}, {expr}]"
+        elif place == "call-arg":
+            new = f"{head}{call}{expr}, {rest}" if rest.strip() != ")" else f"{head}{call}{expr})"
+        else:
+            close = rest.rfind(")")
+            sep = "" if rest[:close].strip() == "" else ", "
+            new = f"{head}{call}{rest[:close]}{sep}deep_kw={expr}{rest[close:]}"
+        lines[i] = new + "\n"
+    elif place == "return":
+        defs = [i for i, ln in enumerate(lines) if re.match(r"^[ \t]+def \w+\(.*\).*:\s*$", ln)]
+        if not defs:
+            return None
+        i = rng.choice(defs)
+        indent = re.match(r"^[ \t]*", lines[i]).group(0) + "    "
+        lines.insert(i + 1, f"{indent}return {expr}\n")
+    elif place in ("class-attr", "decorator"):
+        classes = [i for i, ln in enumerate(lines) if re.match(r"^class \w+.*:\s*$", ln)]
+        if not classes:
+            return None
+        i = rng.choice(classes)
+        if place == "class-attr":
+            name = rng.choice(["supported_dtypes", "supported_kv_cache_dtypes", "cudagraph_support", "accept_output_buffer", "deep_attr"])
+            lines.insert(i + 1, f"    {name} = {expr}\n")
+        else:
+            lines.insert(i, f"@({expr})\n")
+    elif place == "default":
+        defs = [i for i, ln in enumerate(lines) if re.match(r"^[ \t]*def \w+\((self|cls)?[^)]*\).*:\s*$", ln)]
+        if not defs:
+            return None
+        i = rng.choice(defs)
+        close = lines[i].rindex(")")
+        inner = lines[i][lines[i].index("(") + 1:close]
+        sep = ", " if inner.strip() and not inner.rstrip().endswith(",") else ""
+        if "*" in inner:  # after *args/**kwargs a default is not where it may go: keyword-only
+            return None
+        lines[i] = lines[i][:close] + f"{sep}deep_default={expr}" + lines[i][close:]
+    else:
+        lines.append(f"DEEP = {expr}\n")
+    target.write_text("".join(lines))
+    return f"deep@{place}-{kind}"
+
+
+def mutate(repo: Path, rng: random.Random, marker_dir: Path, deep_only: bool = False) -> list[str]:
     files = sorted(p for p in (repo / "vllm_metax").rglob("*.py") if p.is_file() and not p.is_symlink())
     done: list[str] = []
-    if rng.random() < 0.3:
+    if deep_only or rng.random() < 0.3:
+        for _ in range(20):  # a stage-targeted place (most of the time), else the module-level statement
+            if rng.random() < 0.8 and (name := place_deep(repo, rng)):
+                return [name]
         target = rng.choice(files)
         name, code = _deep(rng)
         lines = target.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
@@ -179,11 +275,11 @@ def mutate(repo: Path, rng: random.Random, marker_dir: Path) -> list[str]:
     return done
 
 
-def run_case(i: int, fixture: str, rng: random.Random, work: Path) -> dict:
+def run_case(i: int, fixture: str, rng: random.Random, work: Path, deep_only: bool = False) -> dict:
     case = work / f"case-{i}"
     case.mkdir()
     repo = demo.build_demo_repo(case / "port") if fixture == "demo" else build_shaped(case / "port")
-    ops = mutate(repo, rng, case)
+    ops = mutate(repo, rng, case, deep_only)
     before = fingerprint(repo)
     cmd = [sys.executable, "-m", "metax_audit", "review", "--worktree", "--upstream", str(demo.upstream_root()),
            "--output-dir", str(case / "out"), "--format", "json,md,sarif,junit"]
@@ -197,10 +293,12 @@ def run_case(i: int, fixture: str, rng: random.Random, work: Path) -> dict:
     seconds = time.perf_counter() - start
     err_lines = [ln for ln in err.splitlines() if ln.startswith("metax-audit: error:")]
     crash = code not in (0, 1, 2) or "Traceback" in err or "internal error" in err
+    report = case / "out" / "report.json"
+    too_deep = report.is_file() and "too deep" in report.read_text(encoding="utf-8", errors="replace")
     return {
         "case": i, "fixture": fixture, "ops": ops, "exit": code, "seconds": round(seconds, 2),
         "crash": crash, "repo_changed": fingerprint(repo) != before, "marker_ran": (case / "RAN").exists(),
-        "error": err_lines[0] if err_lines else "",
+        "error": err_lines[0] if err_lines else "", "too_deep": too_deep,
         "leftover_tmp": sorted(p.name for p in case.glob("metax-audit-*")),
     }
 
@@ -211,13 +309,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--keep-failures", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="write every case's record here")
+    ap.add_argument("--deep-only", action="store_true", help="every case is one deep-nesting case")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="mxa-fuzz-"))
     records = []
     try:
         for i in range(args.cases):
-            rec = run_case(i, "demo" if i % 2 == 0 else "shaped", rng, work)
+            rec = run_case(i, "demo" if i % 2 == 0 else "shaped", rng, work, args.deep_only)
             records.append(rec)
             bad = rec["crash"] or rec["repo_changed"] or rec["marker_ran"] or rec["leftover_tmp"]
             if bad:
@@ -237,7 +336,9 @@ def main() -> int:
         "repo_changed": sum(r["repo_changed"] for r in records),
         "marker_ran": sum(r["marker_ran"] for r in records),
         "leftover_tmp": sum(bool(r["leftover_tmp"]) for r in records),
-        "deep_cases": sum(1 for r in records if r["ops"] and r["ops"][0].startswith("deep-")),
+        "deep_cases": sum(1 for r in records if r["ops"] and r["ops"][0].startswith("deep")),
+        "deep_places": dict(Counter(r["ops"][0].split("-")[0] for r in records if r["ops"] and r["ops"][0].startswith("deep@"))),
+        "deep_not_analysed": sum(1 for r in records if r.get("too_deep")),
         "mutations": dict(sorted(ops.items())),
         "exit2_messages": dict(Counter(r["error"].split(":")[2].strip()[:60] if r["error"].count(":") >= 2 else r["error"]
                                        for r in records if r["exit"] == 2).most_common(8)),

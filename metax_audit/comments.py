@@ -9,7 +9,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from metax_audit.pysource import iter_tokens
+from metax_audit.pysource import iter_tokens, parse
 
 # Fence decoration around markers: `# /---- Metax Modification ----\`, `# ┌---- ... ----┐`.
 _DECORATION = re.compile(r"[\s\-=_*#/\\|<>┌┐└┘│─~+.:\[\]()]+")
@@ -129,8 +129,8 @@ def _statement_spans(source: str, tree: ast.Module | None) -> list[tuple[int, in
     """(start, end) of the outermost statement starting on each line, sorted by start."""
     if tree is None:
         try:
-            tree = ast.parse(source)
-        except SyntaxError:
+            tree = parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return []
     spans: dict[int, int] = {}
     for node in iter_statements(tree.body):

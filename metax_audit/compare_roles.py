@@ -9,7 +9,7 @@ from functools import partial
 
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Difference, Finding, Location, Severity
-from metax_audit.pysource import dump, unparse
+from metax_audit.pysource import dump, parse, unparse
 from metax_audit.roles import RolePair, UpClass, UpstreamClasses, imported_class
 
 # Not the file-by-file compare of a copied file: a rewritten backend shares the contract of its
@@ -249,7 +249,7 @@ def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str
             if needle not in text:
                 continue
             try:
-                tree = ast.parse(text)
+                tree = parse(text)
             except (SyntaxError, ValueError, RecursionError):
                 continue
             for node in ast.walk(tree):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.config import AuditConfig
+from metax_audit.pysource import parse
 from metax_audit.roles import PortLoader, RolePair, UpstreamClasses, main_path, role_pairs
 
 # Where upstream keeps its backend enum (read statically; importing vLLM is not an option here).
@@ -56,8 +57,8 @@ def read_registry(upstream_root: Path | None, package: str) -> dict[str, str]:
     for rel in _REGISTRY_FILES:
         path = upstream_root / package / rel
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError):
+            tree = parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
             if not (isinstance(node, ast.ClassDef) and node.name.endswith(_ENUM_SUFFIX)):
@@ -169,8 +170,8 @@ def _shares_definitions(port_tree: ast.Module | None, upstream_file: Path, confi
     if not mine:
         return True
     try:
-        theirs = _definitions(ast.parse(upstream_file.read_text(encoding="utf-8")), ())
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        theirs = _definitions(parse(upstream_file.read_text(encoding="utf-8")), ())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
         return True
     return bool(mine & theirs) or not theirs
 

@@ -25,8 +25,10 @@ from metax_audit.models import (
     SourceFile,
 )
 from metax_audit.pysource import (
+    EXPR_DEPTH_LIMIT,
     TOO_LARGE,
     ParsedSource,
+    cached_parse,
     check_source,
     comments,
     find_module,
@@ -36,6 +38,7 @@ from metax_audit.pysource import (
     read_text,
     resolve_relative,
     scan_imports,
+    too_deep_lines,
 )
 from metax_audit.selection import Selected, selections
 
@@ -673,6 +676,10 @@ def coverage_findings(discovery: Discovery) -> Iterator[Finding]:
     """MXA001 for files in scope that could not be parsed, MXA002 for files skipped by size."""
     for f in discovery.files:
         if f.parse_error is None:
+            for line in _too_deep(discovery.root, f.path):
+                yield make_finding("MXA002", Location(f.path, line, f.module), f"expression too deep to analyse at {f.path}:{line}",
+                                   (f"{f.path}:{line}: an expression nests more than {EXPR_DEPTH_LIMIT} levels deep; what lies "
+                                    "below that depth was not traced, compared or checked",), key=f"too-deep:{line}")
             continue
         if f.parse_error.startswith(TOO_LARGE):
             yield make_finding("MXA002", Location(f.path, 0, f.module), f"{f.path} was not analysed: {f.parse_error}",
@@ -682,6 +689,14 @@ def coverage_findings(discovery: Discovery) -> Iterator[Finding]:
         line = int(m.group(1)) if m else 0
         yield make_finding("MXA001", Location(f.path, line, f.module), f"{f.path} could not be parsed: {f.parse_error}",
                            (f"{f.path}:{line}: {f.parse_error}" if line else f"{f.path}: {f.parse_error}",))
+
+
+def _too_deep(root: Path, rel: str) -> tuple[int, ...]:
+    """The lines where the parse cut an expression of this file as too deep (pysource.prune_deep)."""
+    try:
+        return too_deep_lines(cached_parse(root / rel)[1])
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
 
 
 def registration_findings(discovery: Discovery) -> Iterator[Finding]:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from metax_audit.pysource import resolve_relative
+from metax_audit.pysource import parse, resolve_relative
 
 _MAX_HOPS = 6  # re-exports and base classes followed in upstream
 
@@ -49,8 +49,8 @@ class UpstreamClasses:
     def _tree(self, rel: str) -> ast.Module | None:
         if rel not in self._trees:
             try:
-                self._trees[rel] = ast.parse((self.root / rel).read_text(encoding="utf-8"))
-            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                self._trees[rel] = parse((self.root / rel).read_text(encoding="utf-8"))
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
                 self._trees[rel] = None
         return self._trees[rel]
 

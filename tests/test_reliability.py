@@ -329,6 +329,64 @@ def test_deep_expression_outside_a_body_is_not_a_crash(tmp_path: Path, demo_repo
     assert "internal error" not in r.stderr and fingerprint(demo_repo) == before
 
 
+# A deep expression where each stage meets it: a kernel call's argument and keyword (trace, the call
+# checks), the value an LSE flows through (dataflow), a wrapped call, a class attribute (capability
+# checks); findings and the reports carry what the stages make of it.
+KERNEL_CALL = "                new_out, new_lse = attn_metadata.prefill_new_wrapper.run(prefill_query, kv_cache, return_lse=True)\n"
+DEEP_EXPR = {"binop": " + ".join(["a"] * 1500), "unary": "-" * 1500 + "1", "attrs": "a" + ".b" * 1500,
+             "ifexp": " if c else ".join(["a"] * 1500), "calls": "f(" * 190 + ")" * 190}
+STAGE_PLACES = {
+    "kernel-arg": lambda e: KERNEL_CALL.replace("(prefill_query, ", f"({e}, "),
+    "kernel-kwarg": lambda e: KERNEL_CALL.replace("return_lse=True)", f"return_lse=True, scale={e})"),
+    "lse-value": lambda e: KERNEL_CALL + f"                new_lse = ({e}) + new_lse\n",
+    "wrapped-call": lambda e: KERNEL_CALL.replace("= attn_metadata", "= (attn_metadata").replace("=True)\n", f"=True)) + {e}\n"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEEP_EXPR))
+@pytest.mark.parametrize("place", sorted(STAGE_PLACES))
+def test_deep_expression_where_each_stage_meets_it_is_coverage(tmp_path: Path, demo_repo: Path, place: str, kind: str) -> None:
+    import json
+
+    path = demo_repo / "vllm_metax" / "v1" / "attention" / "backends" / "flashinfer.py"
+    text = path.read_text()
+    assert KERNEL_CALL in text
+    path.write_text(text.replace(KERNEL_CALL, STAGE_PLACES[place](DEEP_EXPR[kind]), 1))
+    line = text[: text.index(KERNEL_CALL)].count("\n") + 1 + (place == "lse-value")
+    before = fingerprint(demo_repo)
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", "--worktree", "--no-cache", "--format", "json,md,sarif,junit"))
+    assert r.returncode == 1, r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr and fingerprint(demo_repo) == before
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    rel = "vllm_metax/v1/attention/backends/flashinfer.py"
+    deep = [f for f in report["findings"] if f["rule"] == "MXA002" and f"expression too deep to analyse at {rel}:{line}" in f["message"]]
+    assert deep, [f["message"] for f in report["findings"] if f["rule"].startswith("MXA00")]
+    assert {s["name"] for s in report["stages"] if s["ran"]} >= {"trace", "compare", "checks", "dataflow"}
+
+
+def test_prune_deep_cuts_each_too_deep_expression_once_and_only_those() -> None:
+    import ast
+    import copy
+
+    from metax_audit.pysource import EXPR_DEPTH_LIMIT, TOO_DEEP_NAME, parse, prune_deep, too_deep_lines
+
+    for kind, expr in DEEP_EXPR.items():
+        tree = parse(f"def g(x={expr}):\n    return {expr}\n\nY = f'{{{expr}}}'\n")
+        assert too_deep_lines(tree) == (1, 2, 4), kind
+        # every recursive walk of the stages now stays within its bounds
+        assert TOO_DEEP_NAME in ast.unparse(tree) and copy.deepcopy(tree) and ast.dump(tree)
+        ast.NodeVisitor().visit(tree)
+        compile(tree, "<deep>", "exec")
+    shallow = "x = " + " + ".join(["a"] * EXPR_DEPTH_LIMIT)
+    assert too_deep_lines(parse(shallow)) == ()
+    # the shortcut over short nodes cuts exactly what a full walk cuts (real sources, a low limit)
+    for path in sorted((PROJECT / "metax_audit").rglob("*.py"))[:60]:
+        text = path.read_text()
+        fast, full = ast.parse(text), ast.parse(text)
+        assert prune_deep(fast, text, limit=6) == prune_deep(full, None, limit=6)
+        assert ast.dump(fast) == ast.dump(full)
+
+
 def test_compare_dump_is_ast_dump_without_recursion() -> None:
     import ast
 

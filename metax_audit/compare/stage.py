@@ -38,7 +38,7 @@ from metax_audit.models import (
     SourceFile,
     UpstreamInfo,
 )
-from metax_audit.pysource import find_module, read_source_cached
+from metax_audit.pysource import find_module, parse, read_source_cached
 from metax_audit.roles import UpstreamClasses
 
 
@@ -160,7 +160,7 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
     port.rename = {k: v for k, v in class_map.items() if k != v}
     if port.rename:
         # The parsed tree is shared with the other stages (pysource cache): rename on a private parse.
-        port.tree = ast.parse(port.text)
+        port.tree = parse(port.text)  # cut as deep as the shared one (pysource.prune_deep)
         _rename_in_place(port.tree, port.rename)
     _index(port, class_map)
     base_side, file_env = _base_side(run, cp, up)
