@@ -86,3 +86,27 @@ def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_f
     assert (c, f) == (pc, pf) and n == 0  # all served
     c, f, n, pc, pf = both("staged")  # the index differs from HEAD in flashinfer.py only
     assert (c, f) == (pc, pf) and n == 1
+
+
+def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Path) -> None:
+    """compare_dependencies: a file's digest changes when another port file starts or stops naming a
+    function it defines, and only then; computed once per name (linear in files)."""
+    from metax_audit.compare import compare_dependencies
+    from metax_audit.config import AuditConfig
+
+    pkg = tmp_path / "vllm_metax"
+    pkg.mkdir()
+    (pkg / "platform.py").write_text("X = 1\n")
+    for i in range(3):
+        (pkg / f"b{i}.py").write_text(f"class B{i}:\n    def forward(self):\n        return {i}\n")
+    (pkg / "helper.py").write_text("def only_here():\n    return 1\n")
+    paths = [f"vllm_metax/b{i}.py" for i in range(3)] + ["vllm_metax/helper.py"]
+    first = compare_dependencies(tmp_path, AuditConfig(), paths)
+    assert len(set(first.values())) == 2  # the three backends read the same: who names `forward`
+    (pkg / "user.py").write_text("from vllm_metax.helper import only_here\nonly_here()\n")
+    second = compare_dependencies(tmp_path, AuditConfig(), paths)
+    assert second["vllm_metax/helper.py"] != first["vllm_metax/helper.py"]
+    assert all(second[p] == first[p] for p in paths[:3])
+    (pkg / "user.py").write_text("def forward():\n    pass\n")
+    third = compare_dependencies(tmp_path, AuditConfig(), paths)
+    assert all(third[p] != second[p] for p in paths[:3]) and third["vllm_metax/helper.py"] == first["vllm_metax/helper.py"]
