@@ -337,7 +337,7 @@ def main() -> int:
         "marker_ran": sum(r["marker_ran"] for r in records),
         "leftover_tmp": sum(bool(r["leftover_tmp"]) for r in records),
         "deep_cases": sum(1 for r in records if r["ops"] and r["ops"][0].startswith("deep")),
-        "deep_places": dict(Counter(r["ops"][0].split("-")[0] for r in records if r["ops"] and r["ops"][0].startswith("deep@"))),
+        "deep_places": dict(Counter(r["ops"][0].rsplit("-", 1)[0] for r in records if r["ops"] and r["ops"][0].startswith("deep@"))),
         "deep_not_analysed": sum(1 for r in records if r.get("too_deep")),
         "mutations": dict(sorted(ops.items())),
         "exit2_messages": dict(Counter(r["error"].split(":")[2].strip()[:60] if r["error"].count(":") >= 2 else r["error"]

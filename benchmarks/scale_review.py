@@ -1,6 +1,6 @@
 # Benchmark: review time against the number of files in scope (synthetic port, generated in a temp
 # dir), to show time proportional to the work and the report's wall time being the real one.
-"""Usage: python benchmarks/scale_review.py [--sizes 1000,5000,10000] [--findings-per-file 2]
+"""Usage: python benchmarks/scale_review.py [--sizes 1000,5000,10000] [--profile DIR]
 
 For each size N: a git repo holding a port package with N backend modules in scope (each a class
 with a method calling a kernel), an upstream tree with a counterpart for every module that differs
@@ -72,13 +72,14 @@ def build(root: Path, n: int) -> tuple[Path, Path]:
     return repo, upstream
 
 
-def measure(n: int, keep: bool) -> dict:
+def measure(n: int, keep: bool, profile: Path | None = None) -> dict:
     root = Path(tempfile.mkdtemp(prefix="mxa-scale-"))
     try:
         repo, upstream = build(root, n)
         out = root / "out"
         env = {**os.environ, "PYTHONPATH": str(PROJECT), "CI": "1", "METAX_AUDIT_CACHE": str(root / "cache")}
-        cmd = [sys.executable, "-m", "metax_audit", "review", "--staged", "--upstream", str(upstream),
+        prof = ["-m", "cProfile", "-o", str(profile / f"review-{n}.prof")] if profile else []
+        cmd = [sys.executable, *prof, "-m", "metax_audit", "review", "--staged", "--upstream", str(upstream),
                "--output-dir", str(out), "--fail-on", "never"]
         start = time.perf_counter()
         done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
@@ -105,9 +106,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,5000,10000")
     ap.add_argument("--keep", action="store_true", help="keep the generated trees (printed paths)")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="run each review under cProfile, writing DIR/review-N.prof (compare sizes with pstats)")
     args = ap.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     for n in (int(s) for s in args.sizes.split(",")):
-        print(json.dumps(measure(n, args.keep)), flush=True)
+        print(json.dumps(measure(n, args.keep, args.profile)), flush=True)
     return 0
 
 
