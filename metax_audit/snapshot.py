@@ -269,7 +269,8 @@ print(json.dumps({"name": dist.metadata["Name"], "version": dist.version, "base"
 
 def _export_installed(package: str, dest: Path, python: str | None) -> tuple[dict, int]:
     # Located through importlib.metadata in the target interpreter; the package is never imported.
-    res = subproc.run_python(python or sys.executable, ["-c", _INSTALLED_SCRIPT, package.split(".")[0]], timeout=120)
+    res = subproc.run_python(python or sys.executable, ["-c", subproc.fenced_code(_INSTALLED_SCRIPT), package.split(".")[0]],
+                             timeout=120, never_import=(package.split(".")[0],))
     if res.returncode != 0:
         raise SnapshotError(f"could not query the installed distribution of {package}: {res.stderr.strip()[-300:]}")
     info = json.loads(res.stdout)

@@ -125,7 +125,9 @@ def installed_versions(names: Sequence[str], python: str | None) -> dict[str, st
             "    try: out[n] = m.version(n)\n"
             "    except m.PackageNotFoundError: pass\n"
             "print(json.dumps(out))\n")
-    done = subproc.run_python(python or sys.executable, ["-c", code, *names], timeout=60, isolated=True)
+    # behind the fence, customize modules refused: an editable install's checkout may hold a sitecustomize
+    done = subproc.run_python(python or sys.executable, ["-c", subproc.fenced_code(code), *names], timeout=60,
+                              isolated=True, never_import=())
     if done.timed_out or done.returncode != 0:
         return {}
     import json

@@ -139,6 +139,17 @@ def fenced(never_import: Sequence[str] | None) -> tuple[list[str], dict[str, str
     return ["-S"], {FENCE_ENV: json.dumps(sorted(set(never_import)))}
 
 
+def fenced_code(code: str, *, no_customize: bool = True) -> str:
+    """`code` for `python -S -c` behind the fence (run_python(..., never_import=...)): it first stands
+    the fence from this package (imported by path, then taken off sys.path again) and runs site;
+    with `no_customize`, a sitecustomize or usercustomize anywhere is refused too (a query that
+    imports nothing has no reason to run anyone's code)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    extra = ("sitecustomize", "usercustomize") if no_customize else ()
+    return (f"import sys\nsys.path.insert(0, {root!r})\nfrom metax_audit.introspect_worker.fence import enter_site\n"
+            f"sys.path.remove({root!r})\nenter_site({extra!r})\ndel sys, enter_site\n{code}")
+
+
 def run_python(
     interpreter: str,
     args: Sequence[str],

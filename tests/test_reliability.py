@@ -187,6 +187,20 @@ def test_evidence_and_probe_workers_stand_behind_the_port_fence(tmp_path: Path, 
     assert (tmp_path / "ran-port").exists()  # asked for by name: the port's own code is what runs
 
 
+def test_metadata_queries_in_the_target_interpreter_run_no_customize_module(tmp_path: Path, demo_repo: Path) -> None:
+    """The installed-versions query (stack pins) and the installed-distribution query (--installed)
+    run in --python's interpreter behind the fence: the checkout's sitecustomize never runs there,
+    and the answers are still read from that interpreter's metadata."""
+    from metax_audit import snapshot as snapshot_mod
+    from metax_audit.stack_pins import installed_versions
+
+    python, markers = editable_install(tmp_path, demo_repo)
+    assert installed_versions(["pytest", "no-such-dist"], str(python)) == {"pytest": __import__("pytest").__version__}
+    with pytest.raises(snapshot_mod.SnapshotError, match="no installed distribution provides 'vllm_metax'"):
+        snapshot_mod._export_installed("vllm_metax", tmp_path / "export", str(python))
+    assert [m for m in markers if m.exists()] == []
+
+
 def test_port_fence_of_a_probe_target() -> None:
     from metax_audit.probing import port_fence
 
