@@ -100,7 +100,9 @@ def run_ranks(producer: Target, ctx: ProbeContext) -> ProbeOutcome:
         for r in range(n):
             err = open(os.path.join(tmp, f"rank{r}.err"), "w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
             errs.append(err)
-            args = [sys.executable, "-B", "-m", "probes.dcp_ranks", "--rank", str(r), "--job", json.dumps(job),
+            # a rank stands behind the port fence as its parent worker does (metax_audit.subproc.fenced)
+            fence = ["-S"] if "METAX_AUDIT_NEVER_IMPORT" in os.environ else []
+            args = [sys.executable, "-B", *fence, "-m", "probes.dcp_ranks", "--rank", str(r), "--job", json.dumps(job),
                     "--out", os.path.join(tmp, f"rank{r}.json")]
             procs.append(subprocess.Popen(args, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=err, start_new_session=True))
@@ -384,6 +386,9 @@ def rank_main(argv: list[str] | None = None) -> int:
     p.add_argument("--job", required=True)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
+    from metax_audit.introspect_worker.fence import enter_site
+
+    enter_site()  # the port fence first, then site (started with -S when the parent worker was fenced)
     job = json.loads(a.job)
     n, rank = job["world_size"], a.rank
     result: dict[str, Any]
