@@ -58,20 +58,32 @@ def baseline_options(options: ReviewOptions, rev: str) -> ReviewOptions:
 def compare_with(report: AuditReport, base: AuditReport, rev: str) -> AuditReport:
     """`report` with each finding's state against `base`, new ones first, and the fixed ones."""
     before = {f.id: f for f in base.findings}
+    # A finding triage folded into another (a difference that became an error's root cause) is still
+    # there: inside that finding. It is neither fixed when it joins one, nor new when it stands alone again.
+    joined_before = {j for f in base.findings for j in f.joined}
+    joined_now = {j for f in report.findings for j in f.joined}
     marked: list[Finding] = []
     for f in report.findings:
         old = before.get(f.id)
-        state = (BaselineState.NEW if old is None
+        state = (BaselineState.CHANGED if old is None and _unsuffixed(f.id) in joined_before
+                 else BaselineState.NEW if old is None
                  else BaselineState.CHANGED if old.content != f.content else BaselineState.UNCHANGED)
         marked.append(replace(f, baseline=state))
     ids = {f.id for f in report.findings}
-    fixed = tuple(replace(f, baseline=BaselineState.FIXED) for f in base.findings if f.id not in ids)
+    fixed = tuple(replace(f, baseline=BaselineState.FIXED) for f in base.findings
+                  if f.id not in ids and _unsuffixed(f.id) not in joined_now)
     # Stable: new/changed first, each part in the inventory's order.
     marked.sort(key=lambda f: not (f.baseline is not None and f.baseline.is_new))
     counts = Counter(f.baseline.value for f in marked if f.baseline is not None)
     info = {"rev": rev, "commit": base.snapshot.commit, "new": counts["new"], "changed": counts["changed"],
             "unchanged": counts["unchanged"], "fixed": len(fixed)}
     return replace(report, findings=tuple(marked), fixed=fixed, baseline_info=info)
+
+
+def _unsuffixed(finding_id: str) -> str:
+    """The id before fingerprints.disambiguate's -2, -3 suffix (triage records ids before it runs)."""
+    head, _, tail = finding_id.rpartition("-")
+    return head if tail.isdigit() and head.count("-") >= 1 else finding_id
 
 
 def new_findings(report: AuditReport) -> list[Finding]:

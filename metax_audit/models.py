@@ -378,6 +378,9 @@ class Finding:
     # once here, kept by dataclasses.replace, so reports never recompute it.
     id: str = ""
     baseline: BaselineState | None = None  # None when the review had no baseline
+    # Ids of the findings triage folded into this one (a difference that is an error's root cause, more
+    # findings at one call): a baseline does not call them fixed (baseline.py).
+    joined: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.id:

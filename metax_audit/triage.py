@@ -137,7 +137,7 @@ def merge_into_errors(findings: Sequence[Finding]) -> list[Finding]:
         joined = absorbed.get((f.location.path, f.location.line), []) if f.severity is Severity.ERROR else []
         if joined:
             extra = [line for j in joined for line in (f"root cause, also {j.rule}: {j.message}", *j.evidence)]
-            f = replace(f, evidence=(*f.evidence, *extra))
+            f = replace(f, evidence=(*f.evidence, *extra), joined=_joined(f, joined))
         merged.append(f)
     return merged
 
@@ -152,7 +152,13 @@ def _merge(group: list[Finding]) -> Finding:
     for i, f in enumerate(group, 1):
         evidence.append(f"({i}) {f.message}")
         evidence.extend(e for e in f.evidence if e not in evidence)
-    return replace(first, location=replace(first.location, symbol=symbol), message=message, evidence=tuple(evidence))
+    return replace(first, location=replace(first.location, symbol=symbol), message=message, evidence=tuple(evidence),
+                   joined=_joined(first, group[1:]))
+
+
+def _joined(into: Finding, others: Sequence[Finding]) -> tuple[str, ...]:
+    """The ids a merged finding stands for besides its own: the others' and what they had joined."""
+    return tuple(dict.fromkeys((*into.joined, *(x for f in others for x in (f.id, *f.joined)))))
 
 
 # ---------------------------------------------------------------- inherited from upstream

@@ -71,3 +71,34 @@ def test_rev_against_itself_is_all_unchanged(demo_repo: Path, tmp_path: Path) ->
     assert r.exit_code == 0, r.output
     data = json.loads((tmp_path / "a" / "report.json").read_text())
     assert {f["status"] for f in data["findings"]} == {"unchanged"} and data["fixed"] == []
+
+
+def test_a_difference_folded_into_a_new_error_is_neither_fixed_nor_new_again() -> None:
+    """Adding a keyword the kernel rejects to a call that already differed from upstream: the call's
+    difference becomes the new error's root cause (triage). That reads as one new error, not also as
+    the difference 'fixed'; and when the error goes, the difference standing alone again is not new."""
+    from dataclasses import replace
+
+    import metax_audit.compare  # noqa: F401  (declares the compare rules)
+    from metax_audit.baseline import compare_with
+    from metax_audit.findings import make_finding
+    from metax_audit.models import Location
+    from metax_audit.triage import merge_into_errors
+    from tests.report_factory import FI, make_report
+
+    hunk = f"{FI}:120 [call-changed] wrapper.run(-q_scale): upstream: wrapper.run(q, kv, q_scale=s) | port: wrapper.run(q, kv)"
+    drift = make_finding("MXA203", Location(FI, 100, "Impl.forward"), "Impl.forward: 2 upstream changes not followed",
+                         (f"{hunk} -- may change what a kernel computes or whether it runs",), key="fn:Impl.forward")
+    error = make_finding("MXA101", Location(FI, 120, "Impl.forward"),
+                         "wrapper.run(..., enable_pdl=...) - installed run has no parameter 'enable_pdl'", key="run:enable_pdl")
+    before = replace(make_report(), findings=tuple(merge_into_errors([drift])))
+    after = replace(make_report(), findings=tuple(merge_into_errors([drift, error])))
+    assert [f.rule for f in after.findings] == ["MXA101"] and after.findings[0].joined == (drift.id,)
+
+    out = compare_with(after, before, "HEAD")
+    assert [(f.rule, f.baseline.value) for f in out.findings if f.baseline] == [("MXA101", "new")]
+    assert out.fixed == () and out.baseline_info["fixed"] == 0
+
+    back = compare_with(before, after, "HEAD")  # the error fixed: the difference stands alone again
+    assert [(f.rule, f.baseline.value) for f in back.findings if f.baseline] == [("MXA203", "changed")]
+    assert [f.rule for f in back.fixed] == ["MXA101"]
