@@ -195,6 +195,9 @@ def binding_findings(bindings: Sequence[StackBinding]) -> list[Finding]:
 # ---------------------------------------------------------------- the public base in the cache
 
 
+# Said of an unavailable public base the first time and every time after, so the finding reads the same
+# (a baseline that met it first would otherwise see it "changed" on the next review).
+_CACHED = " (cached answer; delete the entry to retry)"
 FIND_LINKS_ENV = "METAX_AUDIT_FIND_LINKS"  # dirs of local wheels/sdists (os.pathsep-separated), tried before pip
 
 
@@ -208,7 +211,7 @@ def public_base(public: str, module: str, *, cache_dir: Path | None = None, pyth
     if (entry / COMPLETE_MARKER).is_file() and (entry / module).is_dir():
         return entry, ""
     if (entry / UNAVAILABLE).is_file():
-        return None, (entry / UNAVAILABLE).read_text(encoding="utf-8").strip() + " (cached answer; delete the entry to retry)"
+        return None, (entry / UNAVAILABLE).read_text(encoding="utf-8").strip() + _CACHED
     if not fetch:
         return None, "not in the cache and downloads are off"
     try:
@@ -227,7 +230,7 @@ def public_base(public: str, module: str, *, cache_dir: Path | None = None, pyth
             shutil.rmtree(entry, ignore_errors=True)
             entry.mkdir(parents=True, exist_ok=True)
             (entry / UNAVAILABLE).write_text(why + "\n", encoding="utf-8")
-            return None, why
+            return None, why + _CACHED
         partial = work / "extract"
         if not extract_sources(archive, module, partial):
             return None, f"{archive.name} holds no {module}/ package"

@@ -202,3 +202,12 @@ def test_an_unbound_pin_warns_only_when_another_version_was_checked_instead(inst
     pin = StackPin("kern", "1.0+vendor", "kern", Location("requirements/vendor.txt", 3))
     [finding] = binding_findings([StackBinding(pin, "unbound", installed=installed, note="no public base")])
     assert (finding.rule, finding.severity) == ("MXA161", severity)
+
+
+def test_an_unavailable_public_base_reads_the_same_the_first_time_and_from_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stack_pins, "_local_archive", lambda name, version: (None, "no local archive"))
+    monkeypatch.setattr(stack_pins, "_download", lambda spec, work, python: (None, f"pip download {spec}: no such release"))
+    first = public_base("flash_mla==1.0.1", "flash_mla", cache_dir=tmp_path)
+    again = public_base("flash_mla==1.0.1", "flash_mla", cache_dir=tmp_path)
+    assert first == again and first[0] is None and "no such release" in first[1]
