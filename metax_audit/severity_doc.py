@@ -114,15 +114,20 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                (I, "a known vendor adaptation, with the reason in the evidence: a keyword dropped because the installed "
                    "signature lacks it, a swap to the port's own class or op, a field only the port adds, a capability the "
                    "port answers itself, a list the port narrows, an import from the port's own module, an upstream member "
-                   "the port does not provide, a statement moved within its function; or code on a path the vendor never "
-                   "runs (another platform's branch, a branch under a predicate constant on the vendor platform, a function "
-                   "the port never calls, a case the port rejects up front), with the gate as evidence; or a change that "
-                   "touches no kernel argument, dtype, scale, layout, LSE, causal or shape expression",
+                   "the port does not provide, a statement moved within its function, a removed local that upstream only "
+                   "passes as a keyword the installed kernel lacks, removed statements that only write a log line; or code "
+                   "on a path the vendor never runs (another platform's branch, a branch under a predicate constant on the "
+                   "vendor platform or under a value the port fixes - a port function that returns a constant, an attribute "
+                   "set from one -, a function the port never calls, a case the port rejects up front), with the gate as "
+                   "evidence; or a change that touches no kernel argument, dtype, scale, layout, LSE, causal or shape expression",
                 "`self.compressor = MacaDeepseekCompressor(...)` for upstream's `DeepseekCompressor(...)`: swap to the port's own class")),
     "MXA202": ((W, "a capability check that is not constant on the vendor platform decides a kernel path, and nothing explains it",
-                "`if current_platform.is_device_capability(90) and ...:` removed from the port's metadata builder"),
+                "`if kv_cache_dtype == 'fp8' and not current_platform.has_device_capability(89): raise ...` removed: the "
+                "port runs fp8 where upstream refuses devices below 8.9"),
                (I, "the predicate is constant on the vendor platform (its platform file answers it), the port replaced an "
-                   "NVIDIA floor with its own answer, the check is inherited unchanged from upstream, sits on a path the "
+                   "NVIDIA floor with its own answer, the port removed a guard that only rejects on one NVIDIA architecture "
+                   "(`if is_device_capability(90) and ...: raise`, a workaround for that architecture's kernels), the removed "
+                   "statements only write a log line, the check is inherited unchanged from upstream, sits on a path the "
                    "vendor never runs, only its message text differs, or it is declared",
                 "`128 if current_platform.is_device_capability_family(100) else 64` where the platform's "
                 "is_device_capability_family returns False")),

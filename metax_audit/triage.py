@@ -16,6 +16,9 @@ from metax_audit.pysource import read_source_cached
 MAY_CHANGE = "-- may change what a kernel computes or whether it runs"
 _HUNK = re.compile(r"^(?P<path>\S+?):(?P<line>\d+) \[(?P<kind>[\w-]+)\] (?P<detail>.*) " + re.escape(MAY_CHANGE) + "$")
 _COMMENTED = re.compile(r"argument\(s\) (?P<items>.+?) commented out")
+# A removed local whose only reads are as keyword arguments: "port drops (read only as kernel(seqused_k=)): ...".
+_READ_ONLY_AS = re.compile(r"^port drops \(read only as (?P<uses>[^)]+\)(?:, [^)]+\))*)\): ")
+_KEYWORD_USE = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<kw>\w+)=\)")
 _CALL_DELTA = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<args>[+-]\w+(?:, [+-]\w+)*)\)")
 # Rules whose findings at one call site are consequences of one root cause (one call, one flow).
 _PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
@@ -46,6 +49,8 @@ def _signature_demotion(f: Finding, calls: Sequence[CallSite], facts: StackFacts
 
 def _explained(line: str, calls: Sequence[CallSite], facts: StackFacts) -> str:
     m = _HUNK.match(line)
+    if m is not None and m["kind"] in {"removed", "upstream-not-followed"}:
+        return _feeds_absent_keyword(line, m, calls, facts)
     if m is None or m["kind"] not in {"argument-commented-out", "call-changed"}:
         return line
     deltas: dict[str, tuple[set[str], set[str]]] = {}  # callee -> (added, dropped)
@@ -68,6 +73,27 @@ def _explained(line: str, calls: Sequence[CallSite], facts: StackFacts) -> str:
             return line
         reasons.append(why)
     return line.replace(MAY_CHANGE, "-- info: " + "; ".join(reasons))
+
+
+def _feeds_absent_keyword(line: str, m: re.Match[str], calls: Sequence[CallSite], facts: StackFacts) -> str:
+    """A removed local that upstream only passes as `kernel(kw=name)` is explained when every port call of
+    that kernel in the file binds to an installed signature without `kw` (the port cannot pass it)."""
+    detail = m["detail"].removeprefix("upstream changed this after the base release; the port keeps the earlier form: ")
+    uses = _READ_ONLY_AS.match(detail)
+    if uses is None:
+        return line
+    reasons = []
+    for use in _KEYWORD_USE.finditer(uses["uses"]):
+        sites = [cs for cs in calls if cs.location.path == m["path"] and cs.callee_text == use["callee"]]
+        found = [facts.facts.get(cs.resolved or "") for cs in sites]
+        if not sites or any(f is None or f.params is None or any(p.kind == "VAR_KEYWORD" for p in f.params)
+                            or use["kw"] in {p.name for p in f.params} for f in found):
+            return line
+        fact = found[0]
+        assert fact is not None  # checked above: every site has a known signature
+        reasons.append(f"it only fed {use['callee']}({use['kw']}=), and the installed {fact.target} has no parameter "
+                       f"{use['kw']!r} ({len(sites)} port call(s) in the file bind to it)")
+    return line.replace(MAY_CHANGE, "-- info: " + "; ".join(reasons)) if reasons else line
 
 
 def _lacks(callee: str, added: set[str], dropped: set[str], path: str, line: int, calls: Sequence[CallSite],

@@ -380,7 +380,14 @@ def test_the_cache_key_of_a_comparison_covers_the_platform_and_callers_in_other_
     second = compare_dependencies(root, config, [f"vllm_metax/{REL}"])
     assert second != first
     _write(root, "vllm_metax/platform.py", PLATFORM.replace("return False", "return True"))
-    assert compare_dependencies(root, config, [f"vllm_metax/{REL}"]) != second
+    third = compare_dependencies(root, config, [f"vllm_metax/{REL}"])
+    assert third != second
+    # A port module the file imports a function from: its constant answer decides branches of the file.
+    _write(root, "vllm_metax/fa_utils.py", FA_UTILS)
+    _write(root, f"vllm_metax/{REL}", "from vllm_metax.fa_utils import get_flash_attn_version\n\ndef _dequant(kv):\n    return kv\n")
+    fourth = compare_dependencies(root, config, [f"vllm_metax/{REL}"])
+    _write(root, "vllm_metax/fa_utils.py", FA_UTILS.replace("return 2", "return 3"))
+    assert compare_dependencies(root, config, [f"vllm_metax/{REL}"]) != fourth
 
 
 def test_a_difference_at_the_line_of_an_error_joins_the_error_as_its_root_cause() -> None:
@@ -399,3 +406,136 @@ def test_a_difference_at_the_line_of_an_error_joins_the_error_as_its_root_cause(
 
 
 KERNEL_LINE = "-- may change what a kernel computes or whether it runs"
+
+
+# ---------------------------------------------------------------- removed code whose consequence is known
+
+GUARDED = """\
+def build(cfg, layers):
+    params = get_params(cfg, layers)
+    if {test}:
+        raise NotImplementedError("this combination crashes")
+    return infer(params)
+
+X = build(1, 2)
+"""
+UNGUARDED = "def build(cfg, layers):\n    params = get_params(cfg, layers)\n    return infer(params)\n\nX = build(1, 2)\n"
+
+
+def test_a_removed_guard_that_only_rejects_on_an_nvidia_capability_is_info(tmp_path: Path) -> None:
+    upstream = GUARDED.format(test="current_platform.is_device_capability(90) and any(p.window_left != -1 for p in params)")
+    _, findings = run(tmp_path, upstream, UNGUARDED)
+    f = only(findings, "MXA202")
+    assert f.severity is Severity.INFO, f.evidence
+    assert "removed guard that only rejects on an NVIDIA capability" in info_reason(f)
+    assert "raises NotImplementedError only when the device reports that NVIDIA architecture (current_platform.is_device_capability(90))" \
+        in info_reason(f)
+
+
+@pytest.mark.parametrize("test", [
+    "any(p.window_left != -1 for p in params) and cfg.kv_cache_dtype == 'fp8'",  # rejects a dtype on every device
+    "not current_platform.has_device_capability(90) and cfg.head_size > 256",  # a floor: older devices, MACA included
+], ids=["dtype-on-every-device", "capability-floor"])
+def test_a_removed_guard_that_rejects_on_every_device_stays_a_warning(tmp_path: Path, test: str) -> None:
+    _, findings = run(tmp_path, GUARDED.format(test=test), UNGUARDED)
+    relevant = [f for f in findings if f.rule in {"MXA201", "MXA202"} and f.location.symbol == "build"]
+    assert relevant and all(f.severity is Severity.WARNING for f in relevant)
+    assert not any("NVIDIA capability" in info_reason(f) for f in relevant)
+
+
+def test_removed_statements_that_only_write_a_log_line_are_info(tmp_path: Path) -> None:
+    upstream = ("def build(q):\n    capability = current_platform.get_device_capability()\n"
+                "    arch = f'sm{capability.major}' if capability else 'unknown'\n    logger.info_once('arch=%s', arch)\n"
+                "    return kernel(q)\n\nX = build(1)\n")
+    port = "def build(q):\n    return kernel(q)\n\nX = build(1)\n"
+    _, findings = run(tmp_path, upstream, port)
+    f = only(findings, "MXA202")
+    assert f.severity is Severity.INFO and "the removed statements only write a log line" in info_reason(f)
+    # When a name the removed statements set is read later, they do more than feed the log.
+    _, findings = run(tmp_path / "used", upstream.replace("return kernel(q)", "return kernel(q, arch)"), port)
+    assert only(findings, "MXA202").severity is Severity.WARNING
+
+
+FA_UTILS = "def get_flash_attn_version(requires_alibi=False, head_size=None):\n    logger.info_once('only version 2')\n    return 2\n"
+VERSIONED = """\
+from vllm_metax.v1.attention.backends.fa_utils import get_flash_attn_version
+
+
+class Impl:
+    def __init__(self, head_size):
+        self.fa_version = get_flash_attn_version(head_size=head_size)
+
+    def forward(self, q, ranges):
+        mask = None
+        if ranges is not None and self.fa_version == 4:
+            mask = make_mask(ranges, window=q.shape[1])
+        return kernel(q, mask=mask)
+"""
+
+
+def test_a_branch_under_a_value_the_port_fixes_never_runs(tmp_path: Path) -> None:
+    port = VERSIONED.replace("        if ranges is not None and self.fa_version == 4:\n            mask = make_mask(ranges, window=q.shape[1])\n", "")
+    _, findings = run(tmp_path, VERSIONED, port, extra_port={"v1/attention/backends/fa_utils.py": FA_UTILS})
+    f = next(f for f in findings if f.location.symbol == "Impl.forward")
+    assert f.severity is Severity.INFO, f.evidence
+    assert "self.fa_version is 2 on the port" in info_reason(f)
+    assert "fa_utils.py:1 get_flash_attn_version() returns 2" in info_reason(f)
+    # A version the port computes is not fixed: the dropped branch may run.
+    computed = FA_UTILS.replace("return 2", "return 4 if head_size else 2")
+    _, findings = run(tmp_path / "computed", VERSIONED, port, extra_port={"v1/attention/backends/fa_utils.py": computed})
+    assert next(f for f in findings if f.location.symbol == "Impl.forward").severity is Severity.WARNING
+
+
+def test_a_removed_local_only_passed_as_a_keyword_the_installed_kernel_lacks_is_info(tmp_path: Path) -> None:
+    upstream = ("def fwd(q, meta):\n    seqused_k = meta.seq_lens\n    q = q.contiguous()\n"
+                "    return flash_attn_varlen_func(q, seqused_k=seqused_k)\n\nX = fwd(1, 2)\n")
+    port = "def fwd(q, meta):\n    q = q.contiguous()\n    return flash_attn_varlen_func(q, cu_seqlens_k=meta.cu)\n\nX = fwd(1, 2)\n"
+    _, findings = run(tmp_path, upstream, port)
+    f = next(f for f in findings if f.location.symbol == "fwd" and any("[removed]" in e for e in f.evidence))
+    assert any("port drops (read only as flash_attn_varlen_func(seqused_k=)): seqused_k = meta.seq_lens" in e for e in f.evidence)
+    call = CallSite(Location(f.location.path, 3), "fwd", "flash_attn_varlen_func", "flash_attn.flash_attn_varlen_func", "external")
+    params = (ParamFact("q", "POSITIONAL_OR_KEYWORD"), ParamFact("cu_seqlens_k", "POSITIONAL_OR_KEYWORD"))
+    facts = StackFacts("py", "t", "h", {"flash_attn.flash_attn_varlen_func": CallableFact(
+        "flash_attn.flash_attn_varlen_func", "ok", "static", "(q, cu_seqlens_k)", params)})
+    removed = replace_evidence(f, [e for e in f.evidence if "[removed]" in e or not e.startswith("vllm_metax/")])
+    (got,) = triage([removed], [call], facts)
+    assert got.severity is Severity.INFO
+    assert ("it only fed flash_attn_varlen_func(seqused_k=), and the installed flash_attn.flash_attn_varlen_func has no parameter "
+            "'seqused_k'") in info_reason(got)
+    # The installed kernel takes seqused_k: dropping what fed it may change the result.
+    with_kw = StackFacts("py", "t", "h", {"flash_attn.flash_attn_varlen_func": CallableFact(
+        "flash_attn.flash_attn_varlen_func", "ok", "static", "(...)", (*params, ParamFact("seqused_k", "KEYWORD_ONLY", "None")))})
+    assert triage([removed], [call], with_kw)[0].severity is Severity.WARNING
+
+
+def replace_evidence(f: Finding, evidence: list[str]) -> Finding:
+    from dataclasses import replace
+
+    return replace(f, evidence=tuple(evidence))
+
+
+def test_a_grouped_finding_leads_with_its_most_consequential_hunk(tmp_path: Path) -> None:
+    upstream = ("def fwd(q, meta):\n    q = q.contiguous()\n    out = flash_attn_varlen_func(q, out=meta.out, num_splits=meta.n)\n"
+                "    return out\n\nX = fwd(1, 2)\n")
+    port = ("def fwd(q, meta):\n    window = meta.sliding_window\n    q = q.contiguous()\n"
+            "    out = flash_attn_varlen_func(q, window_size=window)\n    return out\n\nX = fwd(1, 2)\n")
+    _, findings = run(tmp_path, upstream, port)
+    f = next(f for f in findings if f.location.symbol == "fwd")
+    assert f.severity is Severity.WARNING
+    assert "2 undeclared differences in fwd; at line 4: call-changed: flash_attn_varlen_func(" in f.message, f.message
+    assert f.location.line == 4
+    hunks = [e.split(" [")[1].split("]")[0] for e in f.evidence if e.startswith("vllm_metax/")]
+    assert hunks == ["call-changed", "added"]  # the lead first, then the others in line order
+
+
+def test_hunk_kinds_rank_kernel_calls_first() -> None:
+    from metax_audit.consequence import lead_rank
+
+    hunks = [("added", "port adds: window = meta.sliding_window"),
+             ("changed", "differs at ...dtype [upstream: fp8 | port: int8]; upstream: use_fp8 = dtype == 'fp8'"),
+             ("argument-commented-out", "argument(s) wrapper.plan:fixed_split_size commented out"),
+             ("removed", "port drops: attn_metadata.cascade_wrapper.plan(qo_indptr, kv_indptr)"),
+             ("removed", "port drops: seqused_k = attn_metadata.seq_lens"),
+             ("feature-disabled", "early return added: if cache_dtype == torch.bfloat16: return q")]
+    ranked = sorted(hunks, key=lambda h: lead_rank(*h))
+    assert ranked == [hunks[3], hunks[2], hunks[5], hunks[1], hunks[4], hunks[0]]

@@ -8,6 +8,7 @@ import difflib
 import keyword
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 from metax_audit.compare.context import _Ctx
 from metax_audit.compare.rules import _CAPABILITY_QUERY, _LOG_METHODS, ARCH_CALLS, FOREIGN_PLATFORM_CALLS
@@ -19,6 +20,8 @@ from metax_audit.consequence import (
     gate_of,
     kernel_call_changed,
     kernel_relevant,
+    nvidia_only_guards,
+    only_feeds_log,
     only_fields,
     only_port_names,
 )
@@ -74,6 +77,8 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
     un, pn = [t.node for t in u], [t.node for t in p]
     if kind == "foreign-platform-branch":
         return "a branch only another platform takes"
+    if "." in qual and ctx.env is not None and ctx.env.platform.cls != qual.split(".")[0]:
+        ctx = replace(ctx, env=replace(ctx.env, platform=ctx.env.platform.in_class(qual.split(".")[0])))
     dead = ctx.never_called(qual) if qual != "<module>" else ""
     if dead:
         return f"a path the vendor never runs: {dead}"
@@ -85,6 +90,8 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         dropped = gate_of(un, ctx.platform)
         if dropped:
             return f"the port drops a {dropped}"
+        if only_feeds_log(un, ctx.up.funcs.get(qual), (u[0].line, max(t.end for t in u))):
+            return "the removed statements only write a log line (the names they set feed nothing else)"
     if kind == "arch-check":
         if u and p and _cosmetic(un, pn):
             return "only a message text differs"
@@ -96,7 +103,7 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         if u and not port_arch and (_returns_constant(pn) or _platform_query(pn, ctx.platform) or _floor(un)):
             answer = "; ".join(_text(ctx.port, t) for t in p[:2]) or "the port drops the floor"
             return f"capability floor replaced by the vendor's answer: {answer}"
-        return ""
+        return _guard_note(ctx, qual, u, p, span) if u and not port_arch else ""
     if kind == "feature-disabled" and any(isinstance(n, ast.Raise | ast.Assert) for n in pn):
         return "the port rejects this case up front (raise/assert): a path it does not run"
     pairs = _token_pairs(un, pn)
@@ -128,6 +135,21 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         if not kernel_relevant(texts) and not kernel_call_changed(un, pn):
             return NOT_KERNEL
     return ""
+
+
+def _guard_note(ctx: _Ctx, qual: str, u: list[_Tok], p: list[_Tok], span: tuple[int, int]) -> str:
+    """A removed guard that only rejects on one NVIDIA architecture is harmless where the vendor's kernels run;
+    the rest of the hunk (if any) is judged on its own and must be info too."""
+    covered, why = nvidia_only_guards([(t.node, t.depth) for t in u])
+    if not covered:
+        return ""
+    note = f"removed guard that only rejects on an NVIDIA capability: {why}"
+    rest = [t for i, t in enumerate(u) if i not in covered]
+    if not rest and not p:
+        return note
+    kind = "arch-check" if any(t.arch for t in rest + p) else "changed" if rest and p else "removed" if rest else "added"
+    rest_note = _hunk_note(ctx, qual, kind, rest, p, span)
+    return f"{note}; the rest of the hunk: {rest_note}" if rest_note else ""
 
 
 def _drops_only_absent(ctx: _Ctx, drops: list[str], pn: list[ast.AST]) -> bool:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from metax_audit.compare.rules import _ABSENT, R_ARCH, R_DRIFT, R_DRIFT_TAKEN, R_UNDECLARED
 from metax_audit.compare.side import _Env, _short
+from metax_audit.consequence import lead_rank
 from metax_audit.counterparts import (
     FileCounterpart,
 )
@@ -144,7 +145,7 @@ def _unit_finding(group: list[Difference], cp: FileCounterpart, env: _Env) -> Fi
     rule_id = next((r for r in (R_DRIFT, R_ARCH) if any(_RULE_OF.get(d.kind) == r for d in pool)), R_UNDECLARED)
     main = [d for d in group if _RULE_OF.get(d.kind, R_UNDECLARED) == rule_id]
     others = [d for d in group if d not in main]
-    lead = next((d for d in main if not d.note), main[0])
+    lead = min((d for d in main if not d.note), key=lambda d: lead_rank(d.kind, d.detail), default=main[0])
     ordered = [lead, *(d for d in main if d is not lead)]
     _, head = _summary(ordered, _WHAT[rule_id])
     if rule_id == R_UNDECLARED:

@@ -12,6 +12,7 @@ from metax_audit.comments import Comment, CommentMap, iter_statements, read_comm
 from metax_audit.compare.rules import _ARCH_TEXT
 from metax_audit.compare.side import _PortRefs, _Side
 from metax_audit.config import AuditConfig
+from metax_audit.consequence import port_imports
 from metax_audit.pysource import read_source_cached
 
 
@@ -30,6 +31,7 @@ def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str]) 
     # function is in its own bytes, which its key holds anyway): listing them per file was quadratic
     # when every file defines the same method (`forward` in 10,000 backends: 10,000 sorts of 10,000).
     naming: dict[str, str] = {}
+    imported: dict[str, str] = {}
     for path in paths:
         h = base.copy()
         src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
@@ -39,6 +41,13 @@ def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str]) 
             if name not in naming:
                 naming[name] = hashlib.sha1("\n".join(sorted(refs.files_naming(name))).encode()).hexdigest()
             h.update(f"{name}:{naming[name]};".encode())
+        for rel in sorted(port_imports(src.tree, config.port_package, root)) if src.tree is not None else []:
+            if rel not in imported:  # a port module the file reads constant answers from (each read once)
+                try:
+                    imported[rel] = hashlib.sha1((root / rel).read_bytes()).hexdigest()
+                except OSError:
+                    imported[rel] = "?"
+            h.update(f"{rel}:{imported[rel]};".encode())
         out[path] = h.hexdigest()[:16]
     return out
 

@@ -165,7 +165,7 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
     _index(port, class_map)
     base_side, file_env = _base_side(run, cp, up)
     port_names = _port_names(port, config.port_package)
-    file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, path))
+    file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, path, run.discovery.root, config.port_package))
     diffs = list(_compare_pair(port, up, cp, base_side, run.in_scope, file_env, port_names))
     drift: list[Difference] = []
     if base_side is not None:

@@ -42,6 +42,7 @@ from metax_audit.consequence import (
     NOT_KERNEL,
     fold,
     kernel_relevant,
+    keyword_only_uses,
     only_port_names,
     same_code,
 )
@@ -412,6 +413,10 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
             nxt = ptoks[j1].line if j1 < len(ptoks) else prev_end + 1
             span = (prev_end + 1, max(prev_end + 1, nxt))
         kind, detail = _classify(ctx, u, p)
+        if kind == "removed":
+            uses = keyword_only_uses([t.node for t in u], ctx.up.funcs.get(qual), (u[0].line, max(t.end for t in u)))
+            if uses:
+                detail = detail.replace("port drops: ", f"port drops (read only as {', '.join(f'{c}({k}=)' for c, k in uses)}): ", 1)
         drift = False
         if bkeys is not None and u and kind not in {"arch-check", "foreign-platform-branch"} and _kept_base(u, p, bkeys):
             # Upstream wrote this after the base release and the port still has the base form.
