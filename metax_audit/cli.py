@@ -156,7 +156,7 @@ def review(
     installed: Annotated[bool, typer.Option("--installed", help="Review the port as installed in site-packages.")] = False,
     repo: RepoOpt = None,
     upstream: UpstreamOpt = None,
-    base: Annotated[str | None, typer.Option("--base", help="The upstream release the port was last synced to (three-way drift).")] = None,
+    base: Annotated[str | None, typer.Option("--base", help="The upstream release the port was last synced to (three-way drift); default: the release the port declared before its last sync commit, when its history says so.")] = None,
     stack: Annotated[Path | None, typer.Option("--stack", help="A stack manifest (evidence --capture-stack) used instead of importing kernels.")] = None,
     python: PythonOpt = None,
     config: Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port).")] = None,

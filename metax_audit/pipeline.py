@@ -164,7 +164,7 @@ def _audit_snapshot(
         from metax_audit import incremental, resultcache
 
         digest = resultcache.tree_digest(snap.root)
-        entry = _result_key(digest, config, options, progress)
+        entry = _result_key(digest, config, options, progress, _Commit(Path(snap.repo), snap.commit, snap.label))
         if entry is not None and snap.mode == "rev" and snap.commit:
             incremental.remember_revision(snap.commit, run.export, options.config_file, snap.root, digest, config)
     cached = _served_from_cache(entry, snap, run, started)
@@ -188,7 +188,8 @@ def _cacheable(options: ReviewOptions) -> bool:
     return not (options.test_command or options.run_probes or options.no_cache)
 
 
-def _result_key(digest: str, config: AuditConfig, options: ReviewOptions, progress: Progress) -> str | None:
+def _result_key(digest: str, config: AuditConfig, options: ReviewOptions, progress: Progress,
+                commit: _Commit) -> str | None:
     """The result-cache key of the review of a snapshot whose export has this tree digest (resultcache.py),
     None when the stack cannot be identified."""
     from metax_audit import resultcache
@@ -199,8 +200,7 @@ def _result_key(digest: str, config: AuditConfig, options: ReviewOptions, progre
     if spec is not None:
         progress.stage("upstream", spec)  # resolved once here (a first download happens now), then instant
     upstream = resolve_upstream(spec, package=config.upstream_package, cache_dir=options.cache_dir) if spec else None
-    base = (resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
-            if spec and options.base else None)
+    base = _base_release(commit, config, options, upstream)[0] if upstream else None
     stack: str | None
     if options.stack is not None:
         stack = f"manifest:{resultcache.file_digest(options.stack)}"
@@ -244,7 +244,8 @@ def _served_revision(options: ReviewOptions, progress: Progress) -> AuditReport 
     hint = export_config(options.repo, "rev", options.config_file)
     memo = found and incremental.revision_entry(found[1], static_export(hint.port_package, hint), options.config_file,
                                                 options.waivers)
-    entry = _result_key(memo.digest, memo.config, options, progress) if memo else None
+    entry = _result_key(memo.digest, memo.config, options, progress, _Commit(found[0], found[1], options.rev)) \
+        if memo and found else None
     hit = resultcache.load("review", entry) if memo and entry else None
     if not (memo and isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
         return None
@@ -410,11 +411,44 @@ def _upstream_stage(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | No
 
         upstream = resolve_upstream(options.upstream or config.upstream_package, package=config.upstream_package,
                                     cache_dir=options.cache_dir)
-        base = None
-        if options.base:
-            base = resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir)
+        base, how = _base_release(_Commit(Path(st.snap.repo), st.snap.commit, st.snap.label), config, options, upstream)
         notes.append(upstream.source)
+        if how:
+            notes.append(how)
     return upstream, base
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """The reviewed commit in the user's repository (where the port's history is read), as the user named it."""
+
+    repo: Path
+    sha: str | None
+    label: str = ""
+
+
+def _base_release(commit: _Commit, config: AuditConfig, options: ReviewOptions,
+                  upstream: UpstreamInfo) -> tuple[UpstreamInfo | None, str]:
+    """--base, else the release the port's history says it was last synced to (base_infer.py), its
+    source saying so; None and why when neither is known (the report then says drift was not separated)."""
+    from metax_audit.upstream import UpstreamError, resolve_upstream
+
+    if options.base:
+        return resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir), ""
+    if commit.sha is None or not upstream.version:
+        return None, "base: not inferred (no --base, and no commit or upstream version to read it against)"
+    from metax_audit.base_infer import infer_base
+
+    guess = infer_base(commit.repo, commit.sha, upstream.version, config.upstream_package, config.port_package,
+                       commit.label or commit.sha[:12])
+    if guess.version is None:
+        return None, f"base: {guess.evidence}"
+    try:
+        base = resolve_upstream(f"{config.upstream_package}=={guess.version}", package=config.upstream_package,
+                                cache_dir=options.cache_dir)
+    except UpstreamError as e:
+        return None, f"base: {guess.evidence}, but it could not be read: {e}"
+    return replace(base, source=f"{guess.evidence}; {base.source}"), f"base: {guess.evidence}"
 
 
 def _kernel_source_roots(st: _Stages) -> tuple[Path, ...]:
