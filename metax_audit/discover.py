@@ -18,6 +18,7 @@ from metax_audit.models import (
     Discovery,
     Finding,
     Location,
+    ParseProblem,
     PriorityList,
     Registration,
     Severity,
@@ -26,7 +27,6 @@ from metax_audit.models import (
 )
 from metax_audit.pysource import (
     EXPR_DEPTH_LIMIT,
-    TOO_LARGE,
     ParsedSource,
     cached_parse,
     check_source,
@@ -157,7 +157,7 @@ class _Sources:
     def __init__(self, root: Path, max_bytes: int) -> None:
         self.root = root
         self.max_bytes = max_bytes
-        self._texts: dict[str, tuple[str | None, str | None]] = {}
+        self._texts: dict[str, tuple[str | None, ParseProblem | None]] = {}
         self._parsed: dict[str, ParsedSource] = {}
         self.keep: set[str] = set()
 
@@ -185,7 +185,7 @@ class _Sources:
 
 
 def _source_file(src: ParsedSource, reason: str) -> SourceFile:
-    return SourceFile(path=src.path, module=module_name(src.path), reason=reason, parse_error=src.error,
+    return SourceFile(path=src.path, module=module_name(src.path), reason=reason, problem=src.problem,
                       lines=src.lines)
 
 
@@ -675,20 +675,20 @@ def widen(discovery: Discovery, root: Path, reached: Iterable[str], *, max_file_
 def coverage_findings(discovery: Discovery) -> Iterator[Finding]:
     """MXA001 for files in scope that could not be parsed, MXA002 for files skipped by size."""
     for f in discovery.files:
-        if f.parse_error is None:
+        problem = f.problem
+        if problem is None:
             for line in _too_deep(discovery.root, f.path):
                 yield make_finding("MXA002", Location(f.path, line, f.module), f"expression too deep to analyse at {f.path}:{line}",
                                    (f"{f.path}:{line}: an expression nests more than {EXPR_DEPTH_LIMIT} levels deep; what lies "
                                     "below that depth was not traced, compared or checked",), key=f"too-deep:{line}")
             continue
-        if f.parse_error.startswith(TOO_LARGE):
-            yield make_finding("MXA002", Location(f.path, 0, f.module), f"{f.path} was not analysed: {f.parse_error}",
-                               (f"{f.path}: {f.parse_error}", "discover: files over max_file_bytes are not parsed"))
+        if not problem.broken:
+            yield make_finding("MXA002", Location(f.path, 0, f.module), f"{f.path} was not analysed: {problem.message}",
+                               (f"{f.path}: {problem.message}", "discover: files over max_file_bytes are not parsed"))
             continue
-        m = re.search(r"\(line (\d+)\)", f.parse_error)
-        line = int(m.group(1)) if m else 0
-        yield make_finding("MXA001", Location(f.path, line, f.module), f"{f.path} could not be parsed: {f.parse_error}",
-                           (f"{f.path}:{line}: {f.parse_error}" if line else f"{f.path}: {f.parse_error}",))
+        line = problem.line
+        yield make_finding("MXA001", Location(f.path, line, f.module), f"{f.path} could not be parsed: {problem.message}",
+                           (f"{f.path}:{line}: {problem.message}" if line else f"{f.path}: {problem.message}",))
 
 
 def _too_deep(root: Path, rel: str) -> tuple[int, ...]:

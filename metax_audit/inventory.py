@@ -207,10 +207,10 @@ def _status(
     trace: TraceResult | None,
     comparison: Comparison | None,
 ) -> tuple[FileStatus, str]:
-    if src is not None and src.parse_error:
-        # discover also records size skips here ("too large: ..."), which are not syntax errors
-        broken = not src.parse_error.startswith("too large")
-        return NOT_ANALYSED, f"parse error: {src.parse_error}" if broken else f"not parsed: {src.parse_error}"
+    if src is not None and src.problem is not None:
+        # discover also records size skips here, which are not syntax errors
+        why = src.problem.message
+        return NOT_ANALYSED, f"parse error: {why}" if src.problem.broken else f"not parsed: {why}"
     skipped = [f for f in here if f.rule in _NOT_ANALYSED_RULES]
     if skipped:
         return NOT_ANALYSED, "; ".join(f.message for f in skipped)

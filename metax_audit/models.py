@@ -96,13 +96,40 @@ class SnapshotInfo:
 # ---------------------------------------------------------------- discover
 
 
+class ParseProblemKind(StrEnum):
+    """Why a file in scope has no tree."""
+
+    TOO_LARGE = "too large"  # over max_file_bytes: skipped by size, not broken (MXA002)
+    UNREADABLE = "unreadable"
+    NOT_DECODABLE = "not decodable"
+    SYNTAX = "syntax error"
+    PARSER_LIMIT = "parser limit"  # ast.parse/compile raised ValueError, RecursionError or MemoryError
+
+
+@dataclass(frozen=True)
+class ParseProblem:
+    kind: ParseProblemKind
+    message: str  # as reported: "SyntaxError: invalid syntax (line 3)", "too large: 9 bytes > max_file_bytes 5"
+    line: int = 0  # where the parser stopped (SYNTAX); 0 when there is no line
+
+    @property
+    def broken(self) -> bool:
+        """Not valid Python, or not readable as text; a file skipped by size is neither."""
+        return self.kind is not ParseProblemKind.TOO_LARGE
+
+
 @dataclass(frozen=True)
 class SourceFile:
     path: str  # repo-relative, posix
     module: str  # dotted module name, "" when not importable by name
     reason: SourceReason
-    parse_error: str | None = None
+    problem: ParseProblem | None = None
     lines: int = 0
+
+    @property
+    def parse_error(self) -> str | None:
+        """Why the file has no tree, as reported; None when it parsed."""
+        return self.problem.message if self.problem is not None else None
 
 
 @dataclass(frozen=True)
@@ -196,11 +223,17 @@ class ChainHop:
     inherited_from: str | None = None  # "upstream:vllm.x.Base" when the method comes from a base class
 
 
+class UnresolvedKind(StrEnum):
+    CALL = "call"  # a call the tracer could not resolve (MXA054)
+    FILE_NOT_TRACED = "file not traced"  # a file in scope the tracer could not read (MXA055)
+
+
 @dataclass(frozen=True)
 class Unresolved:
     location: Location
     text: str
     reason: str
+    kind: UnresolvedKind = UnresolvedKind.CALL
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from functools import lru_cache
 from importlib.util import decode_source
 from pathlib import Path, PurePosixPath
 
-TOO_LARGE = "too large"  # prefix of SourceFile.parse_error for files skipped by size, not broken
-
+from metax_audit.models import ParseProblem, ParseProblemKind
 
 # Expressions nested deeper than this (counting nested expressions within one statement) are cut
 # at parse time: the subtree below is replaced by a placeholder name and its line recorded on the
@@ -160,7 +159,7 @@ class ParsedSource:
     path: str
     text: str | None
     tree: ast.Module | None
-    error: str | None
+    problem: ParseProblem | None
     lines: int = 0
 
 
@@ -204,37 +203,54 @@ def resolve_relative(importer_module: str, is_package: bool, level: int, target:
     return ".".join(base)
 
 
-def read_text(root: Path, rel_path: str, max_bytes: int) -> tuple[str | None, str | None]:
+def too_large(size: int, max_bytes: int) -> ParseProblem:
+    return ParseProblem(ParseProblemKind.TOO_LARGE, f"too large: {size} bytes > max_file_bytes {max_bytes}")
+
+
+def _unreadable(exc: OSError) -> ParseProblem:
+    return ParseProblem(ParseProblemKind.UNREADABLE, f"unreadable: {exc.strerror or exc}")
+
+
+def _not_decodable(exc: BaseException) -> ParseProblem:
+    return ParseProblem(ParseProblemKind.NOT_DECODABLE, f"not decodable: {exc}")
+
+
+def _unparsable(exc: BaseException) -> ParseProblem:
+    """The parser's verdict on a decoded text: a syntax error (with its line) or a parser limit."""
+    if isinstance(exc, SyntaxError):
+        return ParseProblem(ParseProblemKind.SYNTAX, f"SyntaxError: {exc.msg} (line {exc.lineno})", exc.lineno or 0)
+    return ParseProblem(ParseProblemKind.PARSER_LIMIT, f"{type(exc).__name__}: {exc}")
+
+
+def read_text(root: Path, rel_path: str, max_bytes: int) -> tuple[str | None, ParseProblem | None]:
     """(text, None) or (None, why not): size, permission and encoding problems never raise."""
     full = root / rel_path
     try:
         size = full.stat().st_size
         if size > max_bytes:
-            return None, f"{TOO_LARGE}: {size} bytes > max_file_bytes {max_bytes}"
+            return None, too_large(size, max_bytes)
         raw = full.read_bytes()
     except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
+        return None, _unreadable(exc)
     try:
         # decode_source honours PEP 263 coding cookies, like the interpreter would.
         return decode_source(raw), None
     except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
-        return None, f"not decodable: {exc}"
+        return None, _not_decodable(exc)
 
 
-def parse_text(rel_path: str, text: str | None, error: str | None) -> ParsedSource:
+def parse_text(rel_path: str, text: str | None, error: ParseProblem | None) -> ParsedSource:
     if text is None:
         return ParsedSource(rel_path, None, None, error)
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     try:
         tree = parse(text, filename=rel_path)
-    except SyntaxError as exc:
-        return ParsedSource(rel_path, text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})", lines)
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return ParsedSource(rel_path, text, None, f"{type(exc).__name__}: {exc}", lines)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return ParsedSource(rel_path, text, None, _unparsable(exc), lines)
     return ParsedSource(rel_path, text, tree, None, lines)
 
 
-def check_source(rel_path: str, text: str | None, error: str | None) -> ParsedSource:
+def check_source(rel_path: str, text: str | None, error: ParseProblem | None) -> ParsedSource:
     """Like parse_text without the tree: compiling to bytecode checks the same syntax about four
     times faster than building Python AST objects, for files nothing else needs a tree of."""
     if text is None:
@@ -242,15 +258,13 @@ def check_source(rel_path: str, text: str | None, error: str | None) -> ParsedSo
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     try:
         compile(text, rel_path, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        return ParsedSource(rel_path, text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})", lines)
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return ParsedSource(rel_path, text, None, f"{type(exc).__name__}: {exc}", lines)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return ParsedSource(rel_path, text, None, _unparsable(exc), lines)
     return ParsedSource(rel_path, text, None, None, lines)
 
 
 def read_source(root: Path, rel_path: str, max_bytes: int) -> ParsedSource:
-    """Decode and parse one file; size, encoding and syntax problems become `error`, never raise."""
+    """Decode and parse one file; size, encoding and syntax problems become `problem`, never raise."""
     return parse_text(rel_path, *read_text(root, rel_path, max_bytes))
 
 
@@ -429,24 +443,22 @@ def read_source_cached(root: Path, rel_path: str, max_bytes: int) -> ParsedSourc
     try:
         size = full.stat().st_size
     except OSError as exc:
-        return ParsedSource(rel_path, None, None, f"unreadable: {exc.strerror or exc}")
+        return ParsedSource(rel_path, None, None, _unreadable(exc))
     if size > max_bytes:
-        return ParsedSource(rel_path, None, None, f"{TOO_LARGE}: {size} bytes > max_file_bytes {max_bytes}")
+        return ParsedSource(rel_path, None, None, too_large(size, max_bytes))
     try:
         text = cached_text(full)
     except OSError as exc:
-        return ParsedSource(rel_path, None, None, f"unreadable: {exc.strerror or exc}")
+        return ParsedSource(rel_path, None, None, _unreadable(exc))
     except UnicodeDecodeError as exc:
-        return ParsedSource(rel_path, None, None, f"not decodable: {exc}")
+        return ParsedSource(rel_path, None, None, _not_decodable(exc))
     lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     try:
         _, tree = cached_parse(full)
-    except SyntaxError as exc:
-        return ParsedSource(rel_path, text, None, f"SyntaxError: {exc.msg} (line {exc.lineno})", lines)
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return ParsedSource(rel_path, text, None, f"{type(exc).__name__}: {exc}", lines)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return ParsedSource(rel_path, text, None, _unparsable(exc), lines)
     except OSError as exc:
-        return ParsedSource(rel_path, None, None, f"unreadable: {exc.strerror or exc}")
+        return ParsedSource(rel_path, None, None, _unreadable(exc))
     return ParsedSource(rel_path, text, tree, None, lines)
 
 

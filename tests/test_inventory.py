@@ -11,6 +11,7 @@ import report_factory as rf
 from metax_audit.errors import ConfigError
 from metax_audit.inventory import _reaches, build_report, exit_code, summary_line
 from metax_audit.models import CallSite, Category, ConfigSwitch, Finding, Location, Severity
+from metax_audit.pysource import too_large
 
 
 def _record(report, path):
@@ -225,8 +226,7 @@ def test_empty_validation_is_filled_from_probes_on_the_same_line():
 
 def test_size_skip_is_not_called_a_parse_error():
     disc = rf.discovery()
-    files = tuple(replace(f, parse_error="too large: 3145728 bytes > max_file_bytes 2000000") if f.path == rf.GENERATED else f
-                  for f in disc.files)
+    files = tuple(replace(f, problem=too_large(3145728, 2000000)) if f.path == rf.GENERATED else f for f in disc.files)
     report = rf.make_report(discovery=replace(disc, files=files))
     assert _record(report, rf.GENERATED).status_reason == "not parsed: too large: 3145728 bytes > max_file_bytes 2000000"
 

@@ -99,7 +99,7 @@ def test_read_source_cached_matches_read_source(tmp_path: Path, content: str, ma
     (tmp_path / "m.py").write_bytes(content.encode(encoding))
     plain = pysource.read_source(tmp_path, "m.py", max_bytes)
     cached = pysource.read_source_cached(tmp_path, "m.py", max_bytes)
-    assert (cached.path, cached.text, cached.error, cached.lines) == (plain.path, plain.text, plain.error, plain.lines)
+    assert (cached.path, cached.text, cached.problem, cached.lines) == (plain.path, plain.text, plain.problem, plain.lines)
     assert (cached.tree is None) == (plain.tree is None)
     if plain.tree is not None:
         assert ast.dump(cached.tree) == ast.dump(plain.tree)  # type: ignore[arg-type]

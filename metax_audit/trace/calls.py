@@ -20,6 +20,7 @@ from metax_audit.trace.resolve import (
     Scope,
     Super,
     Unknown,
+    UnknownKind,
     Val,
     Vals,
     decorators,
@@ -317,11 +318,11 @@ class Walker:
         if isinstance(t, Unknown):
             if method in PLUMBING:
                 return None
-            if method is not None and t.reason.startswith("result of torch.") and method not in HOST_SYNC:
+            if method is not None and t.kind is UnknownKind.TORCH_RESULT and method not in HOST_SYNC:
                 return None  # a method of a tensor a torch factory returned
             if method in HOST_SYNC:
                 return site(f"torch.Tensor.{method}", "builtin", "tensor-method")
-            if t.reason.startswith("layer attribute"):
+            if t.kind is UnknownKind.LAYER_ATTRIBUTE:
                 return site(None, "unresolved", "layer")
             return Unresolved(loc, text, t.reason)
         if isinstance(t, Partial):

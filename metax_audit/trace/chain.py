@@ -16,6 +16,7 @@ from metax_audit.models import (
     Registration,
     TraceResult,
     Unresolved,
+    UnresolvedKind,
 )
 from metax_audit.trace.calls import Budget, Classifier, Collected, Walker, is_triton_kernel
 from metax_audit.trace.modules import ModuleIndex
@@ -267,7 +268,8 @@ class _Tracer:
                 unresolved.setdefault((u.location.path, u.location.line, u.text), u)
         for skip in self.index.skips.values():
             loc = Location(skip.path, 0)
-            unresolved.setdefault((skip.path, 0, ""), Unresolved(loc, skip.path, f"file not traced: {skip.reason}"))
+            unresolved.setdefault((skip.path, 0, ""), Unresolved(loc, skip.path, f"file not traced: {skip.reason}",
+                                                                         UnresolvedKind.FILE_NOT_TRACED))
         return TraceResult(chains, reached, tuple(sorted(all_calls.values(), key=lambda c: (c.location.path, c.location.line))), tuple(unresolved.values()))
 
     @staticmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from metax_audit.findings import make_finding, rule
-from metax_audit.models import Category, Finding, Location, Severity, TraceResult
+from metax_audit.models import Category, Finding, Location, Severity, TraceResult, UnresolvedKind
 from metax_audit.trace.chain import is_kernel_call
 
 rule(
@@ -80,7 +80,7 @@ def trace_findings(result: TraceResult) -> Iterator[Finding]:
         if not any(is_kernel_call(c) for c in ch.calls):
             yield make_finding("MXA053", at, f"{ch.name}: no kernel entry point reached from the impl or builder", ev)
     for u in result.unresolved:
-        if u.reason.startswith("file not traced"):
+        if u.kind is UnresolvedKind.FILE_NOT_TRACED:
             yield make_finding("MXA055", u.location, f"{u.location.path} was not traced", (u.reason,))
         else:
             yield make_finding("MXA054", Location(u.location.path, u.location.line, u.location.symbol), f"unresolved call {u.text}", (u.reason, f"at {u.location}"))

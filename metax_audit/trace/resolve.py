@@ -7,6 +7,7 @@ import builtins
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 
 from metax_audit.trace.modules import ModuleIndex, ModuleInfo, collect_imports
 
@@ -81,9 +82,22 @@ class Super(Val):
     inst: Val
 
 
+class UnknownKind(Enum):
+    OTHER = "other"
+    TORCH_RESULT = "result of a torch callable"  # a tensor (or tensors): its methods are no kernels
+    LAYER_ATTRIBUTE = "layer attribute"  # read off the attention layer passed to forward()
+
+
 @dataclass(frozen=True)
 class Unknown(Val):
     reason: str
+    kind: UnknownKind = UnknownKind.OTHER
+
+
+def _result_of(dotted: str) -> Unknown:
+    """What calling `dotted` returns when its return type is unknown."""
+    kind = UnknownKind.TORCH_RESULT if dotted.startswith("torch.") else UnknownKind.OTHER
+    return Unknown(f"result of {dotted}", kind)
 
 
 Vals = tuple[Val, ...]
@@ -463,7 +477,7 @@ class Resolver:
                 return (Unknown(f"{val.dotted} is not defined in the port class; its base has no readable source"),)
             return (Ext(f"{val.dotted}.{name}", via=val.via),)
         if isinstance(val, Layer):
-            return (Unknown(f"layer attribute {val.name}.{name}"),)
+            return (Unknown(f"layer attribute {val.name}.{name}", UnknownKind.LAYER_ATTRIBUTE),)
         if isinstance(val, Unknown):
             return (val,)
         return (Unknown(f"attribute {name} of a {type(val).__name__.lower()}"),)
@@ -634,7 +648,7 @@ class Resolver:
                 if last[:1].isupper() and not last.isupper():
                     out.append(Inst(fv, via=fv.via))
                 else:
-                    out.append(Unknown(f"result of {fv.dotted}"))  # return type unknown
+                    out.append(_result_of(fv.dotted))  # return type unknown
             elif isinstance(fv, Func):
                 out.extend(self.returns(fv, depth + 1))
             elif isinstance(fv, Partial):
@@ -670,7 +684,7 @@ class Resolver:
                 if first_unknown(vals):
                     vals = ()
             if not vals:
-                vals = (Unknown(f"result of {fn.dotted}"),)
+                vals = (_result_of(fn.dotted),)
         finally:
             self._active.discard(key)
         self._ret_cache[key] = vals
