@@ -12,8 +12,8 @@ from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity
 from metax_audit.pysource import walk_nodes
 from metax_audit.trace.modules import ModuleInfo
-from metax_audit.trace.resolve import Cls, Ext
 from metax_audit.trace.symbols import Provider, Status, SymbolTable
+from metax_audit.trace.values import Cls, Ext
 
 rule("MXA125", Category.IMPORT, Severity.ERROR, "attribute read on self, a class or super() that no class in its MRO defines",
      "Neither the class nor any base class (port or upstream, read statically) defines or assigns the attribute, "

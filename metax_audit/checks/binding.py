@@ -11,8 +11,9 @@ from metax_audit.checks.signatures import Binding, bind
 from metax_audit.checks.stack import call_text, checked_calls
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import CallSite, Category, Finding, Location, ParamFact, Severity, TraceResult
-from metax_audit.trace.resolve import Cls, Func, Resolver, known
+from metax_audit.trace.resolve import Resolver
 from metax_audit.trace.symbols import SymbolTable
+from metax_audit.trace.values import Cls, Func, known
 
 rule("MXA107", Category.SIGNATURE, Severity.ERROR, "call passes a keyword the port or upstream callee does not accept",
      "The callee is readable Python in the port snapshot or the upstream release; it has no parameter of that name and "

@@ -9,21 +9,20 @@ from dataclasses import dataclass, field, replace
 
 from metax_audit.models import CallArg, CallOrigin, CallSite, Location, Unresolved
 from metax_audit.trace.modules import ModuleInfo
-from metax_audit.trace.resolve import (
+from metax_audit.trace.resolve import Resolver
+from metax_audit.trace.scopes import Scope, decorators
+from metax_audit.trace.values import (
     Cls,
     Ext,
     Func,
     Inst,
     Layer,
     Partial,
-    Resolver,
-    Scope,
     Super,
     Unknown,
     UnknownKind,
     Val,
     Vals,
-    decorators,
     first_unknown,
     known,
 )

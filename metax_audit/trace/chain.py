@@ -20,8 +20,9 @@ from metax_audit.models import (
 )
 from metax_audit.trace.calls import Budget, Classifier, Collected, Walker, is_triton_kernel
 from metax_audit.trace.modules import ModuleIndex
-from metax_audit.trace.resolve import Cls, Ext, Func, Inst, Layer, Partial, Scope, Val, known
+from metax_audit.trace.scopes import Scope
 from metax_audit.trace.symbols import SymbolTable
+from metax_audit.trace.values import Cls, Ext, Func, Inst, Layer, Partial, Val, known
 
 BACKEND_KINDS = frozenset({"attention-backend", "mla-prefill"})
 KERNEL_PACKAGES = frozenset({"flashinfer", "flash_attn", "flash_mla", "triton"})
