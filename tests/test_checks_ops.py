@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit.checks.ops import build_table, check_ops, cpp_registrations, op_findings
+from metax_audit.checks.op_registrations import cpp_registrations
+from metax_audit.checks.op_table import build_table
+from metax_audit.checks.ops import check_ops, op_findings
 from metax_audit.config import AuditConfig
 from metax_audit.models import Discovery, Severity, SourceFile, StackFacts, UpstreamInfo
 from metax_audit.upstream import COMPILED_INDEX, compiled_op_names, schema_names, write_compiled_index
