@@ -463,7 +463,7 @@ class ProbeResult:
     verdict: ProbeVerdict
     matched: str | None = None  # the hypothesis the target matched
     expected: str | None = None  # the hypothesis a correct kernel would match
-    hypotheses: dict[str, float] = field(default_factory=dict)  # worst abs error per hypothesis
+    hypotheses: dict[str, float | None] = field(default_factory=dict)  # worst abs error per hypothesis (None: not recorded)
     worst_error: float | None = None
     device: str | None = None
     skipped_reason: str | None = None
