@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from metax_audit import introspect as introspect_mod
+from metax_audit.introspect import cache as introspect_cache
 from metax_audit import pysource
 from metax_audit.models import StackFacts
 
@@ -254,10 +255,10 @@ def test_an_edited_editable_checkout_changes_the_fingerprint(tmp_path: Path) -> 
     (meta / "top_level.txt").write_text("mxa_fake_kernel\n", encoding="utf-8")
     (meta / "direct_url.json").write_text(
         json.dumps({"url": project.as_uri(), "dir_info": {"editable": True}}), encoding="utf-8")
-    before = introspect_mod._path_entry_fingerprint(site, ["mxa_fake_kernel"])
-    assert introspect_mod._path_entry_fingerprint(site, ["mxa_fake_kernel"]) == before
+    before = introspect_cache._path_entry_fingerprint(site, ["mxa_fake_kernel"])
+    assert introspect_cache._path_entry_fingerprint(site, ["mxa_fake_kernel"]) == before
     _bump(init, "def run(q, k):\n    return q\n")
-    assert introspect_mod._path_entry_fingerprint(site, ["mxa_fake_kernel"]) != before
+    assert introspect_cache._path_entry_fingerprint(site, ["mxa_fake_kernel"]) != before
     # a distribution that provides none of the targets is not walked
-    assert [d[1] for d in introspect_mod._path_entry_fingerprint(site, ["other"])[1]] == ["RECORD"]
+    assert [d[1] for d in introspect_cache._path_entry_fingerprint(site, ["other"])[1]] == ["RECORD"]
     assert [d[1] for d in before[1]] == ["RECORD", "editable"]
