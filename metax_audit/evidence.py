@@ -22,9 +22,6 @@ def _worker(packages: Sequence[str]) -> dict[str, Any]:
     """Runs inside the target interpreter (stdlib at module level; torch/triton guarded)."""
     import os
     import platform
-    import shutil
-    import subprocess
-    from importlib import metadata
 
     facts: dict[str, Any] = {"schema": SCHEMA, "torch": None, "triton": None, "gpu": None, "gpu_count": None}
 
@@ -37,94 +34,105 @@ def _worker(packages: Sequence[str]) -> dict[str, Any]:
     guard("python", lambda: f"{platform.python_version()} ({sys.executable})")
     guard("os", lambda: f"{platform.system()} {platform.release()} {platform.machine()}")
     guard("host", platform.node)
-
-    def torch_facts() -> None:
-        import torch
-
-        facts["torch"] = torch.__version__
-        v = torch.version
-        facts["torch_cuda"] = getattr(v, "cuda", None)
-        facts["torch_hip"] = getattr(v, "hip", None)
-        facts["torch_maca"] = getattr(v, "maca", None)  # MetaX builds expose their runtime here
-        local = torch.__version__.split("+", 1)[1] if "+" in torch.__version__ else ""
-        facts["torch_local_version"] = local
-        facts["torch_build"] = ("maca" if facts["torch_maca"] or "metax" in local else "hip" if facts["torch_hip"]
-                                else "cuda" if facts["torch_cuda"] else "cpu")
-        facts["torch_version_attrs"] = {k: str(getattr(v, k)) for k in dir(v) if not k.startswith("_") and isinstance(getattr(v, k), str | type(None))}
-        if torch.cuda.is_available():
-            n = torch.cuda.device_count()
-            facts["gpu_count"] = n
-            facts["gpu"] = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))
-            facts["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
-        else:
-            facts["gpu_count"] = 0
-            facts["gpu"] = None
-
-    guard("torch_error", lambda: torch_facts() or None)
-
-    def triton_facts() -> None:
-        import triton
-
-        facts["triton"] = triton.__version__
-        try:
-            from triton.runtime import driver
-
-            tgt = driver.active.get_current_target()
-            facts["triton_backend"] = f"{tgt.backend}:{tgt.arch}"
-        except Exception as exc:
-            facts["triton_backend"] = f"<unavailable: {type(exc).__name__}: {str(exc)[:120]}>"
-
-    guard("triton_error", lambda: triton_facts() or None)
-
-    def run(cmd: list[str]) -> str | None:
-        if not shutil.which(cmd[0]):
-            return None
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-        return (p.stdout or p.stderr).strip()[:2000]
-
-    def driver() -> str | None:
-        out = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-        return out.splitlines()[0].strip() if out else None
-
-    guard("driver", driver)
-    guard("nvcc", lambda: (run(["nvcc", "--version"]) or "").splitlines()[-1:] or None)
+    guard("torch_error", lambda: _torch_facts(facts))  # the *_error slot is None when all was read
+    guard("triton_error", lambda: _triton_facts(facts))
+    guard("driver", _driver)
+    guard("nvcc", lambda: (_run(["nvcc", "--version"]) or "").splitlines()[-1:] or None)
     guard("cuda_runtime", lambda: facts.get("torch_cuda"))
     maca = os.environ.get("MACA_PATH")
     facts["maca_path"] = maca
-
-    def maca_version() -> str | None:
-        if not maca:
-            return None
-        for name in ("version.txt", "version", "VERSION"):
-            p = Path(maca) / name
-            if p.is_file():
-                return p.read_text(errors="replace").strip()[:200]
-        return "<MACA_PATH set, no version file found>"
-
-    guard("maca_version", maca_version)
-    guard("mx_smi", lambda: run(["mx-smi"]))
-
-    def pkgs() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in packages:
-            try:
-                dist = metadata.distribution(name)
-            except metadata.PackageNotFoundError:
-                continue
-            info: dict[str, Any] = {"version": dist.version}
-            wheel = dist.read_text("WHEEL") or ""
-            tags = [ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")]
-            info["wheel_tags"] = tags
-            if "+" in dist.version:
-                info["local_version"] = dist.version.split("+", 1)[1]
-            direct = dist.read_text("direct_url.json")
-            if direct:
-                info["direct_url"] = json.loads(direct).get("url")
-            out[name] = info
-        return out
-
-    guard("packages", pkgs)
+    guard("maca_version", lambda: _maca_version(maca))
+    guard("mx_smi", lambda: _run(["mx-smi"]))
+    guard("packages", lambda: _package_facts(packages))
     return facts
+
+
+def _torch_facts(facts: dict[str, Any]) -> str | None:
+    """torch's version and build (CUDA, HIP, MACA or CPU) and the devices it sees, into `facts`;
+    None for the torch_error slot (an exception fills it instead)."""
+    import torch
+
+    facts["torch"] = torch.__version__
+    v = torch.version
+    facts["torch_cuda"] = getattr(v, "cuda", None)
+    facts["torch_hip"] = getattr(v, "hip", None)
+    facts["torch_maca"] = getattr(v, "maca", None)  # MetaX builds expose their runtime here
+    local = torch.__version__.split("+", 1)[1] if "+" in torch.__version__ else ""
+    facts["torch_local_version"] = local
+    facts["torch_build"] = ("maca" if facts["torch_maca"] or "metax" in local else "hip" if facts["torch_hip"]
+                            else "cuda" if facts["torch_cuda"] else "cpu")
+    facts["torch_version_attrs"] = {k: str(getattr(v, k)) for k in dir(v) if not k.startswith("_") and isinstance(getattr(v, k), str | type(None))}
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        facts["gpu_count"] = n
+        facts["gpu"] = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))
+        facts["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+    else:
+        facts["gpu_count"] = 0
+        facts["gpu"] = None
+    return None
+
+
+def _triton_facts(facts: dict[str, Any]) -> str | None:
+    import triton
+
+    facts["triton"] = triton.__version__
+    try:
+        from triton.runtime import driver
+
+        tgt = driver.active.get_current_target()
+        facts["triton_backend"] = f"{tgt.backend}:{tgt.arch}"
+    except Exception as exc:
+        facts["triton_backend"] = f"<unavailable: {type(exc).__name__}: {str(exc)[:120]}>"
+    return None
+
+
+def _run(cmd: list[str]) -> str | None:
+    import shutil
+    import subprocess
+
+    if not shutil.which(cmd[0]):
+        return None
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    return (p.stdout or p.stderr).strip()[:2000]
+
+
+def _driver() -> str | None:
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return out.splitlines()[0].strip() if out else None
+
+
+def _maca_version(maca: str | None) -> str | None:
+    if not maca:
+        return None
+    for name in ("version.txt", "version", "VERSION"):
+        p = Path(maca) / name
+        if p.is_file():
+            return p.read_text(errors="replace").strip()[:200]
+    return "<MACA_PATH set, no version file found>"
+
+
+def _package_facts(packages: Sequence[str]) -> dict[str, Any]:
+    """Version, wheel tags, local version and direct URL of each installed distribution named."""
+    from importlib import metadata
+
+    out: dict[str, Any] = {}
+    for name in packages:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        info: dict[str, Any] = {"version": dist.version}
+        wheel = dist.read_text("WHEEL") or ""
+        tags = [ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")]
+        info["wheel_tags"] = tags
+        if "+" in dist.version:
+            info["local_version"] = dist.version.split("+", 1)[1]
+        direct = dist.read_text("direct_url.json")
+        if direct:
+            info["direct_url"] = json.loads(direct).get("url")
+        out[name] = info
+    return out
 
 
 def collect_environment(*, python: str | None = None, packages: Sequence[str] = DEFAULT_PACKAGES, timeout: float = 120,
