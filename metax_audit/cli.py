@@ -7,12 +7,15 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from metax_audit import __version__
 from metax_audit.errors import AuditError
+
+if TYPE_CHECKING:
+    from metax_audit.models import SnapshotMode
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_CANNOT_AUDIT = 0, 1, 2
 
@@ -95,7 +98,7 @@ class _Guard:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupt)
 
-    def __exit__(self, kind, exc, tb) -> bool:  # type: ignore[no-untyped-def]
+    def __exit__(self, kind, exc, tb) -> Literal[False]:  # type: ignore[no-untyped-def]
         if exc is None or isinstance(exc, typer.Exit | SystemExit):
             return False
         if _state["debug"]:  # --debug adds the traceback; the exit code stays the documented one
@@ -140,8 +143,10 @@ def _not_empty(**values: str | None) -> None:
             raise _fail(f"--{name} is empty; give {what}")
 
 
-def _mode(staged: bool, worktree: bool, rev: str | None, installed: bool = False) -> str | None:
-    chosen = [m for m, on in (("staged", staged), ("worktree", worktree), ("rev", rev is not None), ("installed", installed)) if on]
+def _mode(staged: bool, worktree: bool, rev: str | None, installed: bool = False) -> SnapshotMode | None:
+    options: tuple[tuple[SnapshotMode, bool], ...] = (
+        ("staged", staged), ("worktree", worktree), ("rev", rev is not None), ("installed", installed))
+    chosen = [m for m, on in options if on]
     if len(chosen) > 1:
         raise _fail(f"choose one of --staged, --worktree, --rev, --installed (got {', '.join('--' + c for c in chosen)})")
     return chosen[0] if chosen else None

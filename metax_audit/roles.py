@@ -148,7 +148,8 @@ def role_pairs(
             continue
         mapped = class_map.get(node.name)
         if mapped and "." in mapped:
-            found = upstream.find(*mapped.rsplit(".", 1))
+            mapped_module, mapped_name = mapped.rsplit(".", 1)
+            found = upstream.find(mapped_module, mapped_name)
             if found is not None:
                 pairs.append(RolePair(node.name, found.path, found.node.name, "class-map"))
                 continue
@@ -173,6 +174,7 @@ def _upstream_bases(tree: ast.Module, module: str, is_package: bool, node: ast.C
             continue
         if port is None:
             continue
+        cls: ast.ClassDef | None
         if target is None and name in local and local[name] is not node:
             cls, sub = local[name], (tree, module, is_package)
         elif target is not None and (loaded := port(target[0])) is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from metax_audit.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
@@ -80,7 +80,7 @@ def _loc(path: str, line: int, link: Linker) -> str:
     return f"[`{label}`]({target})" if target else f"`{label}`"
 
 
-def _table(header: list[str], rows: list[list[object]]) -> list[str]:
+def _table(header: list[str], rows: Sequence[Sequence[object]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(_cell(c) if not isinstance(c, _Raw) else str(c) for c in row) + " |" for row in rows]
     return out
