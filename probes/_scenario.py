@@ -39,7 +39,7 @@ class Scenario:
         """Call the target in its family's convention, passing only the controls asked for;
         each must be in the target's accepted controls (else ControlAbsent: fail closed)."""
         target.require(*controls)
-        kw = {"sm_scale": self.sm_scale} if "sm_scale" in target.controls else {}
+        kw: dict[str, Any] = {"sm_scale": self.sm_scale} if "sm_scale" in target.controls else {}
         if self.layout != "NHD" or "kv_layout" in controls:
             target.require("kv_layout")
             kw["kv_layout"] = self.layout
@@ -207,7 +207,8 @@ def ignoring_strides(cache: Any) -> Any:
     import torch
 
     shape = list(cache.shape)
-    stride, acc = [], 1
+    stride: list[int] = []
+    acc = 1
     for s in reversed(shape):
         stride.insert(0, acc)
         acc *= s

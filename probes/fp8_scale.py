@@ -29,7 +29,7 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
 
     target.require("k_scale", "v_scale")
     fam = target.family
-    lens = dict(seq_lens=[37, 64, 5]) if fam == "paged-decode" else dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])
+    lens: dict[str, Any] = dict(seq_lens=[37, 64, 5]) if fam == "paged-decode" else dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])
     fp8 = torch.float8_e4m3fn
     s = sc.build(fam, device=ctx.device, seed=ctx.seed, kv_dtype=fp8, **lens)
     out, _ = sc.split(s.call(target, k_scale=K_SCALE, v_scale=V_SCALE))

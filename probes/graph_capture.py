@@ -135,6 +135,7 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     simulate = not ctx.device.startswith("cuda")
     lens_a, lens_b = [20, 33, 7], [45, 12, 60]
     s = sc.build("paged-decode", device=ctx.device, seed=ctx.seed, seq_lens=[64, 64, 64], holes=False)
+    assert s.block_table is not None  # a paged-decode scenario
     q, k, v, bt, sl = s.q, s.k, s.v, s.block_table.clone(), torch.tensor(lens_a, dtype=torch.int32, device=ctx.device)
     bt_b = bt.roll(1, dims=0)  # each request now reads another request's pages
     g = torch.Generator().manual_seed(ctx.seed + 7)
@@ -149,7 +150,7 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     if simulate and not two_phase:
         raise NotCheckable("plain callable on CPU: the graph-capture simulation needs plan/run phases (a host read inside one "
                            "eager call cannot be told from graph-safe code without a CUDA device)")
-    if two_phase:
+    if plan is not None and run_ is not None:  # two_phase
         plan(bt, sl, **meta)
         fn = lambda: run_(q, k, v)  # noqa: E731
         mode = "plan outside the graph, run captured; plan again before replay"
@@ -194,7 +195,7 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     v.copy_(v2)
     bt.copy_(bt_b)
     sl.copy_(torch.tensor(lens_b, dtype=torch.int32))
-    if two_phase:
+    if plan is not None and two_phase:
         plan(bt, sl, **meta)
     out = replay().clone()
     hyps = {

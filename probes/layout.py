@@ -2,6 +2,8 @@
 # honour the strides of views into a joint [N, 2, ...] allocation, and follow a shuffled block table.
 from __future__ import annotations
 
+from typing import Any
+
 from probes import _scenario as sc
 from probes.base import CaseResult, ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
 
@@ -11,7 +13,7 @@ TOL = Tolerance(atol=1e-2, rtol=1e-2)
 def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     target.require("kv_layout")
     fam = target.family
-    lens = dict(seq_lens=[37, 64, 5]) if fam == "paged-decode" else dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])
+    lens: dict[str, Any] = dict(seq_lens=[37, 64, 5]) if fam == "paged-decode" else dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])
     cases: list[CaseResult] = []
     for i, (layout, joint) in enumerate([("NHD", False), ("HND", False), ("NHD", True), ("HND", True)]):
         s = sc.build(fam, device=ctx.device, seed=ctx.seed + i, layout=layout, joint=joint, **lens)

@@ -32,7 +32,7 @@ def lse_hypotheses(lse_e: Any) -> dict[str, Any]:
 
 def _attention(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     target.require("return_lse")
-    grids = {
+    grids: list[dict[str, Any]] = {
         "paged-decode": [dict(seq_lens=[37, 64, 5])],
         "paged-prefill": [dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])],
         "ragged-prefill": [dict(seq_lens=[20, 6, 40], qo_lens=[1, 6, 17])],
@@ -69,7 +69,7 @@ def _empty_sequence(target: Target, ctx: ProbeContext, layout: str) -> tuple[Cas
     (unless the target declares {"empty": "nan-on-empty"}). Prefill: the zero-length request
     returns no rows. The LSE row is read in the layout the main cases matched. Run last: some
     kernels fault on it (recorded, outside the verdict)."""
-    g = dict(seq_lens=[0, 9]) if target.family == "paged-decode" else dict(seq_lens=[0, 9], qo_lens=[0, 3])
+    g: dict[str, Any] = dict(seq_lens=[0, 9]) if target.family == "paged-decode" else dict(seq_lens=[0, 9], qo_lens=[0, 3])
     try:
         s = sc.build(target.family, device=ctx.device, seed=ctx.seed + 99, **g)
         out, lse = sc.need_lse(target, s.call(target, return_lse=True))

@@ -37,6 +37,7 @@ def _real_rows(s: sc.Scenario) -> tuple[list[int], list[int]]:
         lens = s.seq_lens.tolist()
         return [b for b, L in enumerate(lens) if L > 0], [b for b, L in enumerate(lens) if L == 0]
     rows, start = [], 0
+    assert s.qo_lens is not None  # the prefill families carry query lengths
     for n in s.qo_lens.tolist():
         rows += list(range(start, start + n))
         start += n

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from typing import Any
 
 from probes.base import ControlAbsent, NotCheckable, ProbeContext, ProbeInputError, ProbeOutcome, ProbeSkip
 from probes.device import describe, resolve
@@ -14,7 +15,7 @@ from probes.registry import load_target, registry
 def run_one(probe: str, family: str, target: str, ctx: ProbeContext) -> ProbeOutcome:
     t0 = time.perf_counter()
     ctx = ProbeContext(device=resolve(ctx.device), seed=ctx.seed, options=dict(ctx.options))
-    base = {"probe": probe, "family": family, "target": target}
+    base: dict[str, Any] = {"probe": probe, "family": family, "target": target}
     try:
         device = describe(ctx.device)
     except Exception as exc:
