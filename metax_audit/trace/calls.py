@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from metax_audit.models import CallArg, CallOrigin, CallSite, Location, Unresolved
@@ -35,6 +36,21 @@ PLUMBING = frozenset(
 )
 _COMMENTED_ARG = re.compile(r"^#\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*,?\s*$")
 _BUILTIN_TOPS = frozenset({"builtins", "torch", "numpy", "np", *sys.stdlib_module_names}) - {"__future__"}
+
+
+def _unknown_site(t: Unknown, method: str | None, site: Callable[..., CallSite], loc: Location, text: str
+                  ) -> CallSite | Unresolved | None:
+    """A call of a value the resolver could not tell: a tensor method (skipped, or a host sync), a
+    layer attribute, or an unresolved call with the resolver's reason."""
+    if method in PLUMBING:
+        return None
+    if method is not None and t.kind is UnknownKind.TORCH_RESULT and method not in HOST_SYNC:
+        return None  # a method of a tensor a torch factory returned
+    if method in HOST_SYNC:
+        return site(f"torch.Tensor.{method}", "builtin", "tensor-method")
+    if t.kind is UnknownKind.LAYER_ATTRIBUTE:
+        return site(None, "unresolved", "layer")
+    return Unresolved(loc, text, t.reason)
 
 
 @dataclass
@@ -315,15 +331,7 @@ class Walker:
             return CallSite(loc, fn.dotted, text, resolved, origin, args, star_a, star_k, branch, via, partial_args)
 
         if isinstance(t, Unknown):
-            if method in PLUMBING:
-                return None
-            if method is not None and t.kind is UnknownKind.TORCH_RESULT and method not in HOST_SYNC:
-                return None  # a method of a tensor a torch factory returned
-            if method in HOST_SYNC:
-                return site(f"torch.Tensor.{method}", "builtin", "tensor-method")
-            if t.kind is UnknownKind.LAYER_ATTRIBUTE:
-                return site(None, "unresolved", "layer")
-            return Unresolved(loc, text, t.reason)
+            return _unknown_site(t, method, site, loc, text)
         if isinstance(t, Partial):
             pargs, _, _ = call_args(t.call, t.info, skip_first=1)
             inner = t.func
@@ -349,19 +357,7 @@ class Walker:
                 self._follow(t, call, s, depth)
             return site(t.dotted, t.info.origin, t.via or ("self-method" if t.bound is not None else "local"))
         if isinstance(t, Ext):
-            if t.dotted == "builtins.None":
-                return None
-            if t.lazy and self.r.index.defines_text(t.dotted) is False:
-                # Not parsed (lazy), but the upstream module does not even mention the name.
-                return Unresolved(loc, text, f"{t.dotted.rpartition('.')[2]} is not defined in upstream {t.dotted.rpartition('.')[0]}")
-            origin = self.c.origin(t.dotted)
-            if origin == "builtin" and t.dotted.startswith("torch.Tensor.") and method not in HOST_SYNC:
-                return None
-            if method in PLUMBING and not t.dotted.startswith("torch.ops."):
-                owner = t.dotted.rsplit(".", 2)[-2] if t.dotted.count(".") >= 2 else ""
-                if owner and not owner[:1].isupper() and self.r.index.origin_of(t.dotted) is None:
-                    return None  # buffer.copy_() on an attribute of an external object
-            return site(t.dotted, origin, t.via or "import-alias")
+            return self._ext_site(t, method, site, loc, text)
         if isinstance(t, Inst):
             if isinstance(t.cls, Ext):
                 return site(f"{t.cls.dotted}.__call__", self.c.origin(t.cls.dotted), "instance-call")
@@ -376,6 +372,23 @@ class Walker:
         if isinstance(t, Layer):
             return None
         return Unresolved(loc, text, f"call of a {type(t).__name__.lower()}")
+
+    def _ext_site(self, t: Ext, method: str | None, site: Callable[..., CallSite], loc: Location, text: str
+                  ) -> CallSite | Unresolved | None:
+        """A call of an external dotted name; None for tensor and container plumbing."""
+        if t.dotted == "builtins.None":
+            return None
+        if t.lazy and self.r.index.defines_text(t.dotted) is False:
+            # Not parsed (lazy), but the upstream module does not even mention the name.
+            return Unresolved(loc, text, f"{t.dotted.rpartition('.')[2]} is not defined in upstream {t.dotted.rpartition('.')[0]}")
+        origin = self.c.origin(t.dotted)
+        if origin == "builtin" and t.dotted.startswith("torch.Tensor.") and method not in HOST_SYNC:
+            return None
+        if method in PLUMBING and not t.dotted.startswith("torch.ops."):
+            owner = t.dotted.rsplit(".", 2)[-2] if t.dotted.count(".") >= 2 else ""
+            if owner and not owner[:1].isupper() and self.r.index.origin_of(t.dotted) is None:
+                return None  # buffer.copy_() on an attribute of an external object
+        return site(t.dotted, origin, t.via or "import-alias")
 
     def _follow(self, target: Func, call: ast.Call, scope: Scope, depth: int, bind: bool = True) -> None:
         if depth + 1 > self.budget.max_depth:

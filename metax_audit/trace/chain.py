@@ -144,36 +144,14 @@ class _Tracer:
         builder = impl = None
         self._meta: Cls | None = None
         if reg.kind == "attention-backend":
-            gb = self.method(backend, "get_builder_cls", "get-builder-cls", hops)
-            if gb is not None:
-                builder = next(iter(self.classes_returned(gb)), None)
-            if builder is not None:
-                hops.append(ChainHop("builder", builder.dotted, builder.info.path, builder.node.lineno, builder.dotted))
-                build = None
-                for name in BUILDER_ENTRIES:
-                    f = self.method(builder, name, "build" if name == "build" else f"builder.{name.strip('_')}", hops)
-                    if f is not None:
-                        entries.append((f, {}, builder))
-                        build = f if name == "build" else build
-                meta = self.metadata_class(builder, build)
-                self._meta = meta
-                if meta is not None:
-                    hops.append(ChainHop("metadata", meta.dotted, meta.info.path, meta.node.lineno, meta.dotted))
+            builder = self._builder(backend, hops, entries)
             gi = self.method(backend, "get_impl_cls", "get-impl-cls", hops)
             if gi is not None:
                 impl = next(iter(self.classes_returned(gi)), None)
         else:
             impl = backend  # an MLA prefill backend is its own implementation
         if impl is not None:
-            hops.append(ChainHop("impl", impl.dotted, impl.info.path, impl.node.lineno, impl.dotted))
-            names = list(IMPL_ENTRIES)
-            for c in self.r.mro(impl):
-                if isinstance(c, Cls) and c.info.origin == "port":
-                    names += [i.name for i in c.node.body if isinstance(i, ast.FunctionDef) and (i.name.startswith("forward") or (impl is backend and not i.name.startswith("_")))]
-            for name in dict.fromkeys(names):
-                f = self.method(impl, name, name.strip("_") if name in IMPL_ENTRIES[:2] else f"impl.{name}", hops)
-                if f is not None:
-                    entries.append((f, self._layer_binding(f), impl))
+            self._impl_entries(impl, backend, hops, entries)
         kv_methods = (("get_kv_cache_shape", "kv-cache-shape"), ("get_kv_cache_stride_order", "kv-stride-order"))
         for name, role in kv_methods if reg.kind == "attention-backend" else ():
             f = self.method(backend, name, role, hops)
@@ -198,6 +176,39 @@ class _Tracer:
         capture = self.capture_support([c for c in (builder, backend, impl) if c is not None])
         return BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), calls, tuple(unresolved), capture,
                             condition=reg.condition)
+
+    def _builder(self, backend: Cls, hops: list[ChainHop], entries: list[tuple[Func, dict, Cls]]) -> Cls | None:
+        """The metadata builder get_builder_cls returns, with its hop, its entry methods (into
+        `entries`) and the metadata class its build returns (self._meta)."""
+        gb = self.method(backend, "get_builder_cls", "get-builder-cls", hops)
+        builder = next(iter(self.classes_returned(gb)), None) if gb is not None else None
+        if builder is None:
+            return None
+        hops.append(ChainHop("builder", builder.dotted, builder.info.path, builder.node.lineno, builder.dotted))
+        build = None
+        for name in BUILDER_ENTRIES:
+            f = self.method(builder, name, "build" if name == "build" else f"builder.{name.strip('_')}", hops)
+            if f is not None:
+                entries.append((f, {}, builder))
+                build = f if name == "build" else build
+        meta = self.metadata_class(builder, build)
+        self._meta = meta
+        if meta is not None:
+            hops.append(ChainHop("metadata", meta.dotted, meta.info.path, meta.node.lineno, meta.dotted))
+        return builder
+
+    def _impl_entries(self, impl: Cls, backend: Cls, hops: list[ChainHop], entries: list[tuple[Func, dict, Cls]]) -> None:
+        """The impl's hop and its entry methods (forward and the other forward* of its port classes;
+        every public method when the backend is its own impl), into `entries`."""
+        hops.append(ChainHop("impl", impl.dotted, impl.info.path, impl.node.lineno, impl.dotted))
+        names = list(IMPL_ENTRIES)
+        for c in self.r.mro(impl):
+            if isinstance(c, Cls) and c.info.origin == "port":
+                names += [i.name for i in c.node.body if isinstance(i, ast.FunctionDef) and (i.name.startswith("forward") or (impl is backend and not i.name.startswith("_")))]
+        for name in dict.fromkeys(names):
+            f = self.method(impl, name, name.strip("_") if name in IMPL_ENTRIES[:2] else f"impl.{name}", hops)
+            if f is not None:
+                entries.append((f, self._layer_binding(f), impl))
 
     def _layer_binding(self, fn: Func) -> dict:
         """What the framework passes to impl methods: the attention layer, and (when the
