@@ -157,6 +157,13 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable) -> Iterator[Fin
               "no class in the MRO defines or assigns it, and nothing makes its attributes dynamic"]
         yield make_finding("MXA125", Location(first.path, first.line, f"{cls.dotted}.{attr}"),
                            f"reads {what}, which no class in its MRO defines ({len(reads)} read(s))", ev)
+    yield from _module_findings(module_reads, module_nodes, symbols)
+
+
+def _module_findings(module_reads: dict[tuple[str, str], list[_Read]],
+                     module_nodes: dict[tuple[str, str], list[tuple[ModuleInfo, ast.Attribute]]],
+                     symbols: SymbolTable) -> Iterator[Finding]:
+    """MXA126: reads of a module attribute the module does not define (outside function locals)."""
     for (mod, attr), reads in module_reads.items():
         if symbols.lookup_import(mod, attr).status is not Status.MISSING_NAME:
             continue
