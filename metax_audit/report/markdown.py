@@ -109,10 +109,34 @@ def _inline(text: str) -> str:
 
 def render_summary(report: AuditReport, link: Linker = no_links, page_link: Callable[[str], str] | None = None) -> str:
     page_link = page_link or (lambda p: f"{FILES_DIR}/{page_name(p)}")
-    snap = report.snapshot
     out = ["# metax-audit review", ""]
     out += _first_screen(report, link, page_link)
     out += [f"**{summary_line(report)}**", ""]
+    out += _inputs_lines(report)
+    not_run = [s for s in report.stages if not s.ran]
+    if not_run:
+        out.append("> **Stages that did not run:** " + "; ".join(f"{s.name}" + (f" ({_inline(s.note)})" if s.note else "") for s in not_run))
+        out.append("")
+
+    out += new_findings_section(report, link)
+
+    out += ["## Findings by category", ""]
+    out += _category_table(report.findings)
+    out.append("")
+    out += _files_section(report, page_link)
+    out += _backends_section(report, link)
+    out += _probes_section(report)
+    out += _dataflow_section(report, link)
+    out += _gaps_section(report)
+    out += _findings_section(report, link)
+    out += _runs_section(report)
+    return visible("\n".join(out).rstrip(), lines=True) + "\n"  # no control character from the repo survives
+
+
+def _inputs_lines(report: AuditReport) -> list[str]:
+    """What was reviewed against what: snapshot, upstream, base, tool, coverage."""
+    snap = report.snapshot
+    out: list[str] = []
     commit = snap.commit[:12] if snap.commit else "no commit"
     label = f" `{snap.label}`" if snap.label else ""
     out.append(f"- snapshot: {snap.mode}{label} at `{commit}`" + (" (worktree dirty)" if snap.dirty else ""))
@@ -131,18 +155,11 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         + (f", {len(cov.left_out)} left out by PATHS" if cov.left_out else "")
     )
     out.append("")
+    return out
 
-    not_run = [s for s in report.stages if not s.ran]
-    if not_run:
-        out.append("> **Stages that did not run:** " + "; ".join(f"{s.name}" + (f" ({_inline(s.note)})" if s.note else "") for s in not_run))
-        out.append("")
 
-    out += new_findings_section(report, link)
-
-    out += ["## Findings by category", ""]
-    out += _category_table(report.findings)
-    out.append("")
-
+def _files_section(report: AuditReport, page_link: Callable[[str], str]) -> list[str]:
+    out: list[str] = []
     out += ["## Files", ""]
     rows = []
     for rec in report.files:
@@ -159,7 +176,11 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         ])
     out += _table(["file", "status", "upstream", "declared/differences", "E/W/I", "probes", "note"], rows) if rows else ["_No files in scope._"]
     out.append("")
+    return out
 
+
+def _backends_section(report: AuditReport, link: Linker) -> list[str]:
+    out: list[str] = []
     out += ["## Backends", ""]
     if report.backends:
         rows = []
@@ -174,7 +195,11 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
     else:
         out.append(_stage_note(report, "trace", "No backends traced."))
     out.append("")
+    return out
 
+
+def _probes_section(report: AuditReport) -> list[str]:
+    out: list[str] = []
     out += ["## Probes", ""]
     if report.probes:
         rows = [[probe_id(p), p.verdict, p.matched or "—", p.expected or "—", _num(p.worst_error), p.device or "—", p.skipped_reason or ""] for p in report.probes]
@@ -182,15 +207,22 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
     else:
         out.append("_No probes ran: kernel semantics are unvalidated in this report._")
     out.append("")
+    return out
 
-    out += _dataflow_section(report, link)
 
+def _gaps_section(report: AuditReport) -> list[str]:
+    cov = report.coverage
+    out: list[str] = []
     if cov.skipped or cov.left_out:
         out += ["## Coverage gaps", ""]
         out += [f"- not analysed: `{s.path}`: {_inline(s.reason)}" for s in cov.skipped]
         out += [f"- left out: `{s.path}`: {_inline(s.reason)}" for s in cov.left_out]
         out.append("")
+    return out
 
+
+def _findings_section(report: AuditReport, link: Linker) -> list[str]:
+    out: list[str] = []
     out += ["## Findings", ""]
     if report.findings:
         for sev in Severity:
@@ -202,7 +234,12 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
                 out.append("")
     else:
         out += ["_No findings._", ""]
+    return out
 
+
+def _runs_section(report: AuditReport) -> list[str]:
+    """The port's test run and the stage table."""
+    out: list[str] = []
     if report.test_run:
         t = report.test_run
         out += ["## Port test run", "", f"`{t.command}` exited {t.exit_code} in {t.seconds:.1f} s", "", "```", t.output_tail.rstrip(), "```", ""]
@@ -211,7 +248,7 @@ def render_summary(report: AuditReport, link: Linker = no_links, page_link: Call
         out += ["## Stages", ""]
         out += _table(["stage", "ran", "seconds", "note"], [[s.name, "yes" if s.ran else "no", f"{s.seconds:.2f}", s.note] for s in report.stages])
         out.append("")
-    return visible("\n".join(out).rstrip(), lines=True) + "\n"  # no control character from the repo survives
+    return out
 
 
 def new_findings_section(report: AuditReport, link: Linker = no_links) -> list[str]:
@@ -364,16 +401,7 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
         out.append("- upstream counterpart: unknown (compare did not run)")
     out.append("")
 
-    out += ["## Registrations", ""]
-    if rec.registrations:
-        for r in rec.registrations:
-            state = "resolves" if r.resolved else "**does not resolve**"
-            how = f", returned by {r.selected_by} when `{r.condition}`" if r.condition else (
-                f", returned by {r.selected_by}" if r.selected_by else "")
-            out.append(f"- {r.kind} `{r.name}` → `{r.class_path}` at {_loc(r.location.path, r.location.line, link)} ({state}{how})")
-    else:
-        out.append("_None._")
-    out.append("")
+    out += _registrations_lines(rec, link)
 
     out += ["## Callers", ""]
     out += [f"- {_loc(c, 0, link)}" for c in rec.callers] or ["_No importers found in scope._"]
@@ -381,19 +409,7 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
 
     findings = _findings_of(report, rec)
     inactive = {f.location.line for f in findings if f.category is Category.INACTIVE_PATH}
-    out += ["## Differences from upstream", ""]
-    if rec.differences:
-        # Cosmetic differences (import order, unused imports) are listed, folded, after the rest.
-        real = [d for d in rec.differences if d.kind != "cosmetic"]
-        cosmetic = [d for d in rec.differences if d.kind == "cosmetic"]
-        out += _difference_table(rec, real, inactive, link) if real else ["_Only cosmetic differences._"]
-        if cosmetic:
-            out += ["", f"<details><summary>{len(cosmetic)} cosmetic difference{'s' if len(cosmetic) != 1 else ''}</summary>", ""]
-            out += _difference_table(rec, cosmetic, inactive, link)
-            out += ["", "</details>"]
-    else:
-        out.append("_None recorded._" if rec.upstream_path else "_No upstream counterpart to compare with._")
-    out.append("")
+    out += _differences_lines(rec, inactive, link)
 
     out += ["## Findings", ""]
     if findings:
@@ -419,6 +435,39 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
         out += _table(["where", "call", "resolved", "branch"], rows)
         out.append("")
     return visible("\n".join(out).rstrip(), lines=True) + "\n"
+
+
+def _registrations_lines(rec: FileRecord, link: Linker) -> list[str]:
+    out: list[str] = []
+    out += ["## Registrations", ""]
+    if rec.registrations:
+        for r in rec.registrations:
+            state = "resolves" if r.resolved else "**does not resolve**"
+            how = f", returned by {r.selected_by} when `{r.condition}`" if r.condition else (
+                f", returned by {r.selected_by}" if r.selected_by else "")
+            out.append(f"- {r.kind} `{r.name}` → `{r.class_path}` at {_loc(r.location.path, r.location.line, link)} ({state}{how})")
+    else:
+        out.append("_None._")
+    out.append("")
+    return out
+
+
+def _differences_lines(rec: FileRecord, inactive: set[int], link: Linker) -> list[str]:
+    out: list[str] = []
+    out += ["## Differences from upstream", ""]
+    if rec.differences:
+        # Cosmetic differences (import order, unused imports) are listed, folded, after the rest.
+        real = [d for d in rec.differences if d.kind != "cosmetic"]
+        cosmetic = [d for d in rec.differences if d.kind == "cosmetic"]
+        out += _difference_table(rec, real, inactive, link) if real else ["_Only cosmetic differences._"]
+        if cosmetic:
+            out += ["", f"<details><summary>{len(cosmetic)} cosmetic difference{'s' if len(cosmetic) != 1 else ''}</summary>", ""]
+            out += _difference_table(rec, cosmetic, inactive, link)
+            out += ["", "</details>"]
+    else:
+        out.append("_None recorded._" if rec.upstream_path else "_No upstream counterpart to compare with._")
+    out.append("")
+    return out
 
 
 def _dataflow_section(report: AuditReport, link: Linker) -> list[str]:
