@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from metax_audit import introspect as introspect_mod
-from metax_audit.introspect import cache as introspect_cache
 from metax_audit import pysource
+from metax_audit.introspect import cache as introspect_cache
 from metax_audit.models import StackFacts
 
 
