@@ -67,8 +67,6 @@ def owner(t: int, ranks: int, interleave: int) -> int:
 def run_ranks(producer: Target, ctx: ProbeContext) -> ProbeOutcome:
     """Launch `world_size` rank processes on a free port, wait (timeout), collect their cases."""
     import socket
-    import subprocess
-    import tempfile
 
     n = int(ctx.options["world_size"])
     cuda = ctx.device.startswith("cuda")
@@ -92,6 +90,36 @@ def run_ranks(producer: Target, ctx: ProbeContext) -> ProbeOutcome:
     job = {"producer": producer.name, "reduction": reduction, "world_size": n, "backend": backend, "port": port,
            "device": ctx.device, "seed": ctx.seed, "options": dict(ctx.options), "timeout": timeout}
     t0 = time.monotonic()
+    failed, why, tails, outs = _launch(job, n, timeout)
+    seconds = round(time.monotonic() - t0, 2)
+    base: dict[str, Any] = {"probe": "dcp", "family": producer.family, "target": producer.name}
+    facts = {"world_size": n, "backend": backend, "reduction": reduction, "seconds": seconds}
+    if failed is None:
+        failed = next((r for r, o in enumerate(outs) if o is None or "error" in o), None)
+        if failed is not None:
+            why = (outs[failed] or {}).get("error") or f"rank {failed} exited before writing a result"
+    if failed is not None:
+        if why.startswith("skipped: ") and all(o and o.get("error", "").startswith("skipped: ") for o in outs):
+            return ProbeOutcome(**base, verdict="skipped", skipped_reason=why.removeprefix("skipped: "), details=facts)
+        return ProbeOutcome(**base, verdict="error", skipped_reason=f"dcp across {n} ranks ({backend}, reduction {reduction}): {why}",
+                            evidence=(*(f"rank {r} stderr tail: {t[-600:]}" for r, t in enumerate(tails) if t.strip() or r == failed),
+                                      *((outs[failed] or {}).get("traceback", ""),)), details=facts)
+    cases = [CaseResult(**{**c, "errors": {h: _error(e) for h, e in c["errors"].items()}}) for c in outs[0]["cases"]]
+    agree = all([c["matched"] for c in o["cases"]] == [c.matched for c in cases] for o in outs)
+    details = {"world_size": n, "backend": backend, "reduction": reduction, "producer declares": producer.declares.get("lse", "(nothing)"),
+               "ranks agree": agree, "per rank matched": {r: [c["matched"] for c in o["cases"]] for r, o in enumerate(outs)},
+               "wall seconds (all ranks)": seconds, **outs[0].get("facts", {})}
+    evidence = (f"{n} processes, torch.distributed {backend} on 127.0.0.1:{port}; reduction {reduction}: {outs[0].get('reduction_note', '')}",)
+    return conclude("dcp", producer, cases, expected="consistent", tol=TOL, details=details, evidence=evidence)
+
+
+def _launch(job: dict[str, Any], n: int, timeout: float) -> tuple[int | None, str, list[str], list[Any]]:
+    """Run the `n` rank processes of `job` in a temp dir until they end or `timeout`: the rank that
+    failed first and why (None, "" when none did), each rank's stderr tail and its result (None
+    when it wrote none)."""
+    import subprocess
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="metax-audit-dcp-ranks-") as tmp:
         procs, errs = [], []
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,7 +141,7 @@ def run_ranks(producer: Target, ctx: ProbeContext) -> ProbeOutcome:
             e.seek(0)
             tails.append(e.read()[-1500:])
             e.close()
-        outs = []
+        outs: list[Any] = []  # a rank's result dict, or None
         for r in range(n):
             path = os.path.join(tmp, f"rank{r}.json")
             if os.path.exists(path):
@@ -121,26 +149,7 @@ def run_ranks(producer: Target, ctx: ProbeContext) -> ProbeOutcome:
                     outs.append(json.load(fh))
             else:
                 outs.append(None)
-    seconds = round(time.monotonic() - t0, 2)
-    base: dict[str, Any] = {"probe": "dcp", "family": producer.family, "target": producer.name}
-    facts = {"world_size": n, "backend": backend, "reduction": reduction, "seconds": seconds}
-    if failed is None:
-        failed = next((r for r, o in enumerate(outs) if o is None or "error" in o), None)
-        if failed is not None:
-            why = (outs[failed] or {}).get("error") or f"rank {failed} exited before writing a result"
-    if failed is not None:
-        if why.startswith("skipped: ") and all(o and o.get("error", "").startswith("skipped: ") for o in outs):
-            return ProbeOutcome(**base, verdict="skipped", skipped_reason=why.removeprefix("skipped: "), details=facts)
-        return ProbeOutcome(**base, verdict="error", skipped_reason=f"dcp across {n} ranks ({backend}, reduction {reduction}): {why}",
-                            evidence=(*(f"rank {r} stderr tail: {t[-600:]}" for r, t in enumerate(tails) if t.strip() or r == failed),
-                                      *((outs[failed] or {}).get("traceback", ""),)), details=facts)
-    cases = [CaseResult(**{**c, "errors": {h: _error(e) for h, e in c["errors"].items()}}) for c in outs[0]["cases"]]
-    agree = all([c["matched"] for c in o["cases"]] == [c.matched for c in cases] for o in outs)
-    details = {"world_size": n, "backend": backend, "reduction": reduction, "producer declares": producer.declares.get("lse", "(nothing)"),
-               "ranks agree": agree, "per rank matched": {r: [c["matched"] for c in o["cases"]] for r, o in enumerate(outs)},
-               "wall seconds (all ranks)": seconds, **outs[0].get("facts", {})}
-    evidence = (f"{n} processes, torch.distributed {backend} on 127.0.0.1:{port}; reduction {reduction}: {outs[0].get('reduction_note', '')}",)
-    return conclude("dcp", producer, cases, expected="consistent", tol=TOL, details=details, evidence=evidence)
+    return failed, why, tails, outs
 
 
 def _error(e: dict[str, Any]) -> HypothesisError:
