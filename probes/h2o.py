@@ -118,18 +118,26 @@ def build_case(
     scale = 1.0 / math.sqrt(head_dim)
     key_std = 8.0 * (k_scale or 1.0) if fp8 else 1.0
     q = (torch.randn(len(lens), q_heads, head_dim, generator=gen) * logit_spread / key_std).to(q_dt).to(device)
+    meta = _paging(paging, table, pages_per, lens, page_size, device)
+    return H2OCase(q=q, kv_cache=cache, paging=meta, lens=list(lens), scale=scale, kv_layout=kv_layout,
+                   group=q_heads // kv_heads, k_scale=k_scale)
+
+
+def _paging(paging: str, table: Any, pages_per: list[int], lens: tuple[int, ...] | list[int], page_size: int,
+            device: str) -> dict[str, Any]:
+    """The paging metadata a kernel reads: a block table with sequence lengths, or FlashInfer's
+    indptr / indices / last_page_len over the same pages."""
+    import torch
+
     seq = torch.tensor(list(lens), dtype=torch.int32)
     if paging == "block_table":
-        meta = {"block_table": table.to(device), "seq_lens": seq.to(device)}
-    elif paging == "indptr":
+        return {"block_table": table.to(device), "seq_lens": seq.to(device)}
+    if paging == "indptr":
         indptr = torch.tensor([0, *torch.tensor(pages_per, dtype=torch.int64).cumsum(0).tolist()], dtype=torch.int32)
         indices = torch.cat([table[r, : pages_per[r]] for r in range(len(lens))]) if lens else torch.zeros(0, dtype=torch.int32)
         last = torch.tensor([n - (p - 1) * page_size if p else 0 for n, p in zip(lens, pages_per, strict=True)], dtype=torch.int32)
-        meta = {"indptr": indptr.to(device), "indices": indices.to(device), "last_page_len": last.to(device)}
-    else:
-        raise ValueError(f"paging must be 'block_table' or 'indptr', got {paging!r}")
-    return H2OCase(q=q, kv_cache=cache, paging=meta, lens=list(lens), scale=scale, kv_layout=kv_layout,
-                   group=q_heads // kv_heads, k_scale=k_scale)
+        return {"indptr": indptr.to(device), "indices": indices.to(device), "last_page_len": last.to(device)}
+    raise ValueError(f"paging must be 'block_table' or 'indptr', got {paging!r}")
 
 
 def true_lse(case: H2OCase, base: str = "e") -> Any:
