@@ -152,7 +152,8 @@ def collect_environment(*, python: str | None = None, packages: Sequence[str] = 
     if done.timed_out:
         return {"schema": SCHEMA, "error": f"environment worker timed out after {timeout:g}s", "stderr_tail": done.stderr[-1000:]}
     try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        record: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return record
     except (IndexError, json.JSONDecodeError):
         return {"schema": SCHEMA, "error": f"environment worker exited {done.returncode} without a record", "stderr_tail": done.stderr[-1000:]}
 

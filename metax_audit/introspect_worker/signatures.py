@@ -31,7 +31,7 @@ def _short_error(exc: BaseException) -> str:
 
 
 def _param_kind_of(p: Any) -> str:
-    return p.kind.name
+    return str(p.kind.name)
 
 
 def _params_from_signature(sig: Any) -> list[dict[str, Any]]:

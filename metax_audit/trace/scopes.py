@@ -41,7 +41,11 @@ class Scope:
         return s
 
 
-def _index_function(info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple:
+# A function's names: assigned expressions, lazy imports, parameters, loop variables, local definitions.
+_FunctionNames = tuple[dict[str, list[ast.expr]], dict[str, str], dict[str, ast.arg], set[str], dict[str, ast.AST]]
+
+
+def _index_function(info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionDef) -> _FunctionNames:
     assigns: dict[str, list[ast.expr]] = {}
     lazy: dict[str, str] = {}
     params: dict[str, ast.arg] = {}
