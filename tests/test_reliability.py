@@ -202,7 +202,7 @@ def test_metadata_queries_in_the_target_interpreter_run_no_customize_module(tmp_
 
 
 def test_port_fence_of_a_probe_target() -> None:
-    from metax_audit.probing import port_fence
+    from metax_audit.probing.run import port_fence
 
     assert port_fence("flashinfer:BatchDecodeWithPagedKVCacheWrapper", ["vllm_metax"]) == ("vllm_metax",)
     assert port_fence("torch-reference", ["vllm_ascend"]) == ("vllm_ascend",)
