@@ -136,7 +136,8 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                    "functions, are one finding; the function's port-only differences join it)",
                 "`get_kv_cache_stride_order`: upstream 0.26.0 changed the stride orders, the port keeps 0.25.0's"),
                (I, "the change is on a path the vendor never runs (a function the port never calls, a branch its platform "
-                   "never takes), touches no kernel argument/dtype/scale/layout/shape, is a non-hook member, or is declared",
+                   "never takes), passes an argument to a port function that answers a constant whatever its arguments, "
+                   "touches no kernel argument/dtype/scale/layout/shape, is a non-hook member, or is declared",
                 "`_trtllm_prefill_attn_kvfp8_dequant` changed upstream; the port never calls it")),
     "MXA204": ((I, "an upstream change between the base and target release that the port took; context for the reviewer",
                 "`mla_attention.py:1078` follows the new `kv_quant_mode=`"),),

@@ -539,3 +539,17 @@ def test_hunk_kinds_rank_kernel_calls_first() -> None:
              ("feature-disabled", "early return added: if cache_dtype == torch.bfloat16: return q")]
     ranked = sorted(hunks, key=lambda h: lead_rank(*h))
     assert ranked == [hunks[3], hunks[2], hunks[5], hunks[1], hunks[4], hunks[0]]
+
+
+def test_an_upstream_argument_to_a_port_function_that_answers_a_constant_is_info(tmp_path: Path) -> None:
+    base = VERSIONED
+    upstream = VERSIONED.replace("get_flash_attn_version(head_size=head_size)", "get_flash_attn_version(head_size=head_size, head_size_v=head_size)")
+    _, findings = run(tmp_path, upstream, base, base, extra_port={"v1/attention/backends/fa_utils.py": FA_UTILS})
+    f = next(f for f in findings if f.location.symbol == "Impl.__init__")
+    assert f.severity is Severity.INFO, f.evidence
+    assert "the argument cannot change the answer: vllm_metax/v1/attention/backends/fa_utils.py:1 get_flash_attn_version() returns 2" \
+        in info_reason(f)
+    # When the port's function computes its answer, the argument upstream now passes may change it.
+    computed = FA_UTILS.replace("return 2", "return 4 if head_size else 2")
+    _, findings = run(tmp_path / "computed", upstream, base, base, extra_port={"v1/attention/backends/fa_utils.py": computed})
+    assert next(f for f in findings if f.location.symbol == "Impl.__init__").severity is Severity.WARNING

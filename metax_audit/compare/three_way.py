@@ -122,6 +122,9 @@ def _change_note(ctx: _Ctx, ch: _Change, span: tuple[int, int]) -> str:
     short = ch.symbol.rsplit(".", 1)[-1]
     if ch.kind in {"method-added", "method-removed"}:
         return "" if CAPABILITY_HOOK.match(short) else "a member upstream added or removed that is not a capability hook; its callers are compared where they are"
+    if ch.kind.startswith("kernel-argument") and ch.callee in ctx.platform.returns:
+        # The port's own function answers one constant whatever it is passed (the port's get_flash_attn_version).
+        return f"the argument cannot change the answer: {ctx.platform.returns[ch.callee][1]} whatever its arguments"
     text = f"{ch.callee} {ch.argument}" if ch.kind.startswith("kernel-argument") else ch.detail
     return "" if kernel_relevant([text]) else NOT_KERNEL
 
