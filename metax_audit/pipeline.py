@@ -101,6 +101,7 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
     """Review the snapshot; then, when it has a baseline (baseline.py), review that revision the
     same way and mark each finding new, changed or unchanged (and list the fixed ones)."""
     from metax_audit import baseline as baseline_mod
+    from metax_audit import review_cache
     from metax_audit.pysource import relaxed_gc
 
     progress = progress or QuietProgress()
@@ -113,7 +114,7 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
             begun = time.perf_counter()
             base_options = baseline_mod.baseline_options(options, rev)
             with relaxed_gc():  # the review's parses are still alive: a default collector rescans them
-                served = _served_revision(base_options, progress)
+                served = review_cache.served_revision(base_options, progress)
             base = served or _review_one(base_options, progress, False).report
             report = baseline_mod.compare_with(result.report, base, rev)
             info = report.baseline_info
@@ -159,15 +160,10 @@ def _audit_snapshot(
     changed = departures(config, snap.root)
     if changed:  # a config that narrows scope or raises limits is itself part of the record
         run.stages.append(StageRecord("config", True, 0.0, "the config narrows the review: " + "; ".join(changed)))
-    entry = None
-    if _cacheable(options):
-        from metax_audit import incremental, resultcache
+    from metax_audit import review_cache
 
-        digest = resultcache.tree_digest(snap.root)
-        entry = _result_key(digest, config, options, progress, _Commit(Path(snap.repo), snap.commit, snap.label))
-        if entry is not None and snap.mode == "rev" and snap.commit:
-            incremental.remember_revision(snap.commit, run.export, options.config_file, snap.root, digest, config)
-    cached = _served_from_cache(entry, snap, run, started)
+    entry = review_cache.entry_for(snap, config, options, progress, run.export)
+    cached = review_cache.served_from_cache(entry, snap, run.stages, started)
     if cached is not None:
         return _waived(cached, snap, config, options, generate_waivers)
     background = _Background(run, _prestart_introspection(config, options))
@@ -176,82 +172,8 @@ def _audit_snapshot(
     finally:
         background.close()
     if entry is not None:
-        from metax_audit import resultcache
-
-        resultcache.store("review", entry, (str(snap.root), report))
+        review_cache.store(entry, snap, report)
     return _waived(report, snap, config, options, generate_waivers)
-
-
-def _cacheable(options: ReviewOptions) -> bool:
-    """Whether the result cache serves this review: not --test, --probe (their results depend on more
-    than the sources) or --no-cache."""
-    return not (options.test_command or options.run_probes or options.no_cache)
-
-
-def _result_key(digest: str, config: AuditConfig, options: ReviewOptions, progress: Progress,
-                commit: _Commit) -> str | None:
-    """The result-cache key of the review of a snapshot whose export has this tree digest (resultcache.py),
-    None when the stack cannot be identified."""
-    from metax_audit import resultcache
-    from metax_audit.introspect import stack_identity
-    from metax_audit.upstream import resolve_upstream
-
-    spec = options.upstream or (config.upstream_package if _installed_upstream_available(config) else None)
-    if spec is not None:
-        progress.stage("upstream", spec)  # resolved once here (a first download happens now), then instant
-    upstream = resolve_upstream(spec, package=config.upstream_package, cache_dir=options.cache_dir) if spec else None
-    base = _base_release(commit, config, options, upstream)[0] if upstream else None
-    stack: str | None
-    if options.stack is not None:
-        stack = f"manifest:{resultcache.file_digest(options.stack)}"
-    else:
-        stack = stack_identity(options.python, tuple(options.extra_path))
-        if stack is None:
-            return None
-    return resultcache.key("review", digest, resultcache.upstream_identity(upstream),
-                           resultcache.upstream_identity(base),
-                           resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack))
-
-
-def _served_from_cache(entry: str | None, snap: SnapshotInfo, run: _Run, started: float) -> AuditReport | None:
-    """The cached review of identical inputs, as a report of this snapshot."""
-    from metax_audit import resultcache
-
-    hit = resultcache.load("review", entry) if entry is not None else None
-    if not (isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
-        return None
-    old_root, report = hit
-    if old_root != str(snap.root):
-        report = resultcache.rebase(report, old_root, str(snap.root))
-    stages = (*run.stages, StageRecord("result-cache", True, round(time.perf_counter() - started, 3),
-                                       "served whole from the result cache: same sources, upstream, stack and tool"),
-              *(replace(s, seconds=0.0, note=f"cached: {s.note}" if s.note else "cached")
-                for s in report.stages if s.name != "snapshot"))
-    return replace(report, snapshot=snap, stages=stages, wall_seconds=round(time.perf_counter() - started, 2),
-                   generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
-
-
-def _served_revision(options: ReviewOptions, progress: Progress) -> AuditReport | None:
-    """The review of revision options.rev served from the revision memo and the result cache without
-    exporting a snapshot (incremental.py), waivers applied as _waived does; None on any miss."""
-    from metax_audit import incremental, resultcache
-    from metax_audit.snapshot import export_config, static_export
-    from metax_audit.waivers import apply_waivers
-
-    if not _cacheable(options) or options.rev is None:
-        return None
-    found = incremental.revision_commit(options.repo, options.rev)
-    hint = export_config(options.repo, "rev", options.config_file)
-    memo = found and incremental.revision_entry(found[1], static_export(hint.port_package, hint), options.config_file,
-                                                options.waivers)
-    entry = _result_key(memo.digest, memo.config, options, progress, _Commit(found[0], found[1], options.rev)) \
-        if memo and found else None
-    hit = resultcache.load("review", entry) if memo and entry else None
-    if not (memo and isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
-        return None
-    with incremental.waivers_file(memo, options.waivers) as path:
-        findings, summary = apply_waivers(hit[1].findings, path, options.today)
-    return replace(hit[1], findings=tuple(findings), waivers=summary)
 
 
 def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:
@@ -402,53 +324,20 @@ def _discover_stage(st: _Stages) -> Discovery:
 
 def _upstream_stage(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | None]:
     """The upstream release (and the base one for the three-way view), or (None, None) when none is known."""
+    from metax_audit.upstream import Commit, base_release, installed_upstream_available, resolve_upstream
+
     options, config = st.options, st.config
-    if not (options.upstream or _installed_upstream_available(config)):
+    if not (options.upstream or installed_upstream_available(config.upstream_package)):
         st.run.skipped("upstream", "no --upstream given and no upstream package installed: compare did not run")
         return None, None
     with st.run.stage("upstream", st.progress, options.upstream or config.upstream_package) as notes:
-        from metax_audit.upstream import resolve_upstream
-
         upstream = resolve_upstream(options.upstream or config.upstream_package, package=config.upstream_package,
                                     cache_dir=options.cache_dir)
-        base, how = _base_release(_Commit(Path(st.snap.repo), st.snap.commit, st.snap.label), config, options, upstream)
+        base, how = base_release(Commit(Path(st.snap.repo), st.snap.commit, st.snap.label), config, options, upstream)
         notes.append(upstream.source)
         if how:
             notes.append(how)
     return upstream, base
-
-
-@dataclass(frozen=True)
-class _Commit:
-    """The reviewed commit in the user's repository (where the port's history is read), as the user named it."""
-
-    repo: Path
-    sha: str | None
-    label: str = ""
-
-
-def _base_release(commit: _Commit, config: AuditConfig, options: ReviewOptions,
-                  upstream: UpstreamInfo) -> tuple[UpstreamInfo | None, str]:
-    """--base, else the release the port's history says it was last synced to (base_infer.py), its
-    source saying so; None and why when neither is known (the report then says drift was not separated)."""
-    from metax_audit.upstream import UpstreamError, resolve_upstream
-
-    if options.base:
-        return resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir), ""
-    if commit.sha is None or not upstream.version:
-        return None, "base: not inferred (no --base, and no commit or upstream version to read it against)"
-    from metax_audit.base_infer import infer_base
-
-    guess = infer_base(commit.repo, commit.sha, upstream.version, config.upstream_package, config.port_package,
-                       commit.label or commit.sha[:12])
-    if guess.version is None:
-        return None, f"base: {guess.evidence}"
-    try:
-        base = resolve_upstream(f"{config.upstream_package}=={guess.version}", package=config.upstream_package,
-                                cache_dir=options.cache_dir)
-    except UpstreamError as e:
-        return None, f"base: {guess.evidence}, but it could not be read: {e}"
-    return replace(base, source=f"{guess.evidence}; {base.source}"), f"base: {guess.evidence}"
 
 
 def _kernel_source_roots(st: _Stages) -> tuple[Path, ...]:
@@ -595,12 +484,6 @@ def _test_stage(st: _Stages) -> TestRun | None:
                 "MXA003", Location("."), f"`{test_run.command}` exited {test_run.exit_code} on the snapshot",
                 (test_run.output_tail[-1500:],)))
     return test_run
-
-
-def _installed_upstream_available(config: AuditConfig) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(config.upstream_package) is not None
 
 
 def _introspect(st: _Stages, discovery: Discovery, trace: TraceResult, upstream: UpstreamInfo | None,

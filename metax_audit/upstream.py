@@ -11,12 +11,18 @@ import sys
 import tarfile
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metax_audit import subproc, tempdirs
 from metax_audit.cachedir import cache_root
 from metax_audit.errors import ConfigError, UpstreamError
 from metax_audit.models import UpstreamInfo
+
+if TYPE_CHECKING:
+    from metax_audit.config import AuditConfig
+    from metax_audit.pipeline import ReviewOptions
 
 # Written last, after every file is in place: a cache entry without it is an interrupted
 # extraction and is redone rather than trusted.
@@ -52,6 +58,13 @@ def resolve_upstream(spec: str, *, package: str = "vllm", cache_dir: Path | None
     return _from_installed(spec, package)
 
 
+def installed_upstream_available(package: str) -> bool:
+    """Whether the upstream package is importable here (then it is the default upstream)."""
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
+
+
 def kernel_source_roots(specs: Sequence[str], cache_dir: Path | None, notes: list[str]) -> tuple[Path, ...]:
     """Static roots of the kernel stack named in config (kernel-sources): public wheels' Python
     sources (pip pins, downloaded once and cached like upstream) or directories, read only when the
@@ -71,6 +84,37 @@ def kernel_source_roots(specs: Sequence[str], cache_dir: Path | None, notes: lis
             roots.append(path)
             notes.append(f"{spec}: directory")
     return tuple(roots)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The reviewed commit in the user's repository (where the port's history is read), as the user named it."""
+
+    repo: Path
+    sha: str | None
+    label: str = ""
+
+
+def base_release(commit: Commit, config: AuditConfig, options: ReviewOptions,
+                 upstream: UpstreamInfo) -> tuple[UpstreamInfo | None, str]:
+    """--base, else the release the port's history says it was last synced to (base_infer.py), its
+    source saying so; None and why when neither is known (the report then says drift was not separated)."""
+    if options.base:
+        return resolve_upstream(options.base, package=config.upstream_package, cache_dir=options.cache_dir), ""
+    if commit.sha is None or not upstream.version:
+        return None, "base: not inferred (no --base, and no commit or upstream version to read it against)"
+    from metax_audit.base_infer import infer_base
+
+    guess = infer_base(commit.repo, commit.sha, upstream.version, config.upstream_package, config.port_package,
+                       commit.label or commit.sha[:12])
+    if guess.version is None:
+        return None, f"base: {guess.evidence}"
+    try:
+        base = resolve_upstream(f"{config.upstream_package}=={guess.version}", package=config.upstream_package,
+                                cache_dir=options.cache_dir)
+    except UpstreamError as e:
+        return None, f"base: {guess.evidence}, but it could not be read: {e}"
+    return replace(base, source=f"{guess.evidence}; {base.source}"), f"base: {guess.evidence}"
 
 
 # ---------------------------------------------------------------- directory / installed
