@@ -421,14 +421,22 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
                   binding: Callable[[], list[Finding]] = list) -> StackFacts | None:
     """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
     with st.run.stage("checks", st.progress) as notes:
-        from metax_audit.checks import absorb_consequences, check_inactive_paths, checks_for_review, upstream_calls
+        from metax_audit.checks import (
+            absorb_consequences,
+            check_capabilities,
+            check_inactive_paths,
+            checks_for_review,
+            counterpart_paths,
+            op_findings,
+            op_table_for_review,
+            upstream_calls,
+        )
 
         up_calls = upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
-        found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls), *binding()]
-        from metax_audit.checks import check_capabilities, counterpart_paths, op_findings
-
-        found += op_findings(discovery, st.config, upstream, facts)
+        ops = op_table_for_review(discovery, st.config, upstream, facts)
+        found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops), *binding()]
+        found += op_findings(discovery, st.config, upstream, facts, table=ops)
         found += check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
                                     counterparts=counterpart_paths(comparison.files) if comparison else None)
         st.run.findings = absorb_consequences([*st.run.findings, *found])

@@ -66,7 +66,11 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA105": ((E, "the port passes more positionals than upstream's call: it follows an older signature and every later value shifts",
                 "`ops.cp_gather_and_upconvert_fp8_kv_cache(..., chunk.seq_lens, ...)`: `workspace_starts` lands on `batch_size`"),
                (W, "a positional lands on another installed parameter than upstream's call passes it to, without extra positionals",
-                "the port passes `block_table` second where upstream passes it third")),
+                "the port passes `block_table` second where upstream passes it third"),
+               (I, "the installed wrapper only forwards its arguments by position to a torch op the port registers itself, "
+                   "whose schema takes the values where the port passes them: they land right on the vendor stack",
+                "`ops.cp_gather_and_upconvert_fp8_kv_cache(..., chunk.seq_lens, chunk.workspace_starts, n)`: the port's "
+                "csrc keeps `(..., seq_lens, workspace_starts, batch_size)`")),
     "MXA106": ((I, "the installed kernel could not be inspected (import error, no signature), so the call was not checked",
                 "`flash_mla.get_mla_metadata`: import error on this machine; 5 calls not checked"),),
     "MXA107": ((E, "a call passes a keyword the port's or upstream's own callee does not accept: TypeError when it runs",

@@ -2,7 +2,7 @@
 # tracer records it, an installed signature as introspection records it, the expected findings.
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -197,3 +197,57 @@ def test_value_moved_without_extra_positional_stays_a_warning(tmp_path: Path) ->
     trace = TraceResult((), (), calls=(case.call,))
     [finding] = check_signatures(tmp_path, trace, facts_for(P(case.params)), upstream_calls=case.upstream)
     assert finding.severity is Severity.WARNING
+
+
+# A wrapper that only forwards its parameters by position to a torch op: the values land on the op's
+# parameters as the port's own library registers it (MetaX's csrc kept 0.25's order of
+# cp_gather_and_upconvert_fp8_kv_cache while vLLM 0.26's wrapper names follow the new order).
+WRAPPER = '''
+import torch
+
+
+def gather(src_cache, dst, block_table, workspace_starts, batch_size, seq_starts=None):
+    """Gather."""
+    torch.ops._C_cache_ops.gather(src_cache, dst, block_table, workspace_starts, batch_size, seq_starts)
+'''
+OLD_ORDER = ('ops.def("gather(Tensor src_cache, Tensor! dst, Tensor block_table, Tensor seq_lens, '
+             'Tensor workspace_starts, int batch_size) -> ()");')
+NEW_ORDER = ('ops.def("gather(Tensor src_cache, Tensor! dst, Tensor block_table, Tensor workspace_starts, '
+             'int batch_size, Tensor? seq_starts) -> ()");')
+PORT_CALL = "kv, ws, chunk.block_table, chunk.seq_lens, chunk.workspace_starts, len(chunk.block_table)"
+UP_CALL = (CallArg(None, 0, "kv"), CallArg(None, 1, "ws"), CallArg(None, 2, "chunk.block_table"),
+           CallArg(None, 3, "chunk.workspace_starts"), CallArg(None, 4, "len(chunk.block_table)"))
+
+
+@pytest.mark.parametrize(("registered", "body", "severity"), [
+    ("port", OLD_ORDER, Severity.INFO),  # lands as the port's op takes it: works on the vendor stack
+    ("port", NEW_ORDER, Severity.ERROR),  # the port's op has the wrapper's order: values shift
+    ("upstream", OLD_ORDER, Severity.ERROR),  # only upstream registers it: the installed names count
+    ("reorders", OLD_ORDER, Severity.ERROR),  # the wrapper does more than forward: nothing assumed
+], ids=["port-keeps-old-order", "port-has-new-order", "not-the-port's-op", "wrapper-not-a-passthrough"])
+def test_positional_shift_judged_by_the_ops_schema_the_port_registers(registered: str, body: str, severity: Severity,
+                                                                      tmp_path: Path) -> None:
+    from metax_audit.checks.op_table import build_table
+
+    wrapper = tmp_path / "up" / "_custom_ops.py"
+    wrapper.parent.mkdir()
+    text = WRAPPER if registered != "reorders" else WRAPPER.replace("block_table, workspace_starts, batch_size, seq",
+                                                                     "workspace_starts, block_table, batch_size, seq")
+    wrapper.write_text(text)
+    native = tmp_path / ("csrc" if registered != "upstream" else "elsewhere")
+    native.mkdir()
+    (native / "bindings.cpp").write_text("STABLE_TORCH_LIBRARY_FRAGMENT(_C_cache_ops, ops) {\n  " + body + "\n}\n")
+    (tmp_path / "port").mkdir()
+    table = build_table(tmp_path, "port", ("csrc",), None)
+    target = "vllm._custom_ops.gather"
+    params = P("src_cache, dst, block_table, workspace_starts, batch_size, seq_starts=None")
+    fact = CallableFact(target, "ok", "static", signature="(...)", params=params, sourcefile=str(wrapper), line=5)
+    facts = StackFacts("python", "2026-01-01T00:00:00Z", "host", {target: fact})
+    call = replace(C(PORT_CALL, callee="ops.gather"), resolved=target)
+    upstream = [CallSite(Location("up/mla.py", 5), "Impl.forward", "ops.gather", target, "external", args=UP_CALL)]
+    [finding] = check_signatures(tmp_path, TraceResult((), (), calls=(call,)), facts, upstream_calls=upstream,
+                                 vendor_ops=table)
+    assert finding.rule == "MXA105" and finding.severity is severity
+    if severity is Severity.INFO:
+        assert any(e.startswith("port registers _C_cache_ops::gather at csrc/bindings.cpp:2: gather(") for e in finding.evidence)
+        assert any("chunk.seq_lens -> seq_lens (same name)" in e for e in finding.evidence)

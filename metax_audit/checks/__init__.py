@@ -13,7 +13,8 @@ from metax_audit.checks.capabilities import check_capabilities, counterpart_path
 from metax_audit.checks.imports import absorb_consequences
 from metax_audit.checks.inactive_path import check_inactive_paths
 from metax_audit.checks.lse import check_dataflow
-from metax_audit.checks.ops import op_findings
+from metax_audit.checks.op_registrations import OpTable
+from metax_audit.checks.ops import op_findings, op_table_for_review
 from metax_audit.checks.upstream_calls import upstream_calls
 from metax_audit.models import CallSite, Discovery, Finding, StackFacts, TraceResult, Unresolved
 
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 # The checks the pipeline runs itself: inactive paths (over the comparison) and the judgement of
 # the dataflow stage's facts (run with it in the forked child).
 __all__ = ["absorb_consequences", "binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths",
-           "checks_for_review", "counterpart_paths", "dataflow_for_review", "op_findings", "run_checks", "upstream_calls"]
+           "checks_for_review", "counterpart_paths", "dataflow_for_review", "op_findings", "op_table_for_review", "run_checks",
+           "upstream_calls"]
 
 
 def run_checks(
@@ -35,9 +37,11 @@ def run_checks(
     facts: StackFacts,
     *,
     upstream_calls: Sequence[CallSite] = (),
+    vendor_ops: OpTable | None = None,
 ) -> Iterator[Finding]:
     """All stack checks in a fixed order: signature, kwargs-swallowed, import, graph-capture, claim."""
-    yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls)
+    yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls,
+                                           vendor_ops=vendor_ops)
     yield from kwargs.check_kwargs(discovery.root, trace, facts)
     yield from imports.check_imports(discovery, facts)
     yield from graph_capture.check_graph_capture(discovery, trace)
@@ -49,6 +53,7 @@ def checks_for_review(
     facts: StackFacts | None,
     *,
     upstream_calls: Sequence[CallSite] = (),
+    vendor_ops: OpTable | None = None,
 ) -> Iterator[Finding]:
     """The stack checks (signature, kwargs-swallowed, import, graph-capture, claim).
 
@@ -57,7 +62,7 @@ def checks_for_review(
     """
     if facts is None:
         facts = StackFacts(python="", captured_at="", host="", facts={}, source="none")
-    yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls)
+    yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls, vendor_ops=vendor_ops)
 
 
 def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable) -> list[Finding]:

@@ -35,6 +35,7 @@ class OpRegistration:
     name: str  # "" for a namespace-level declaration (Library("ns", "DEF"), TORCH_LIBRARY(ns, m) with no def yet)
     provider: str  # "port python" | "port C++" | "upstream python" | "upstream compiled" | "manifest"
     where: str  # "path:line" (repo- or package-relative) or the extension file
+    schema: str = ""  # the registered schema text when the source states it ("op(Tensor x, int n) -> ()")
 
     def text(self) -> str:
         op = f"{self.namespace or '<macro>'}::{self.name}" if self.name else f"namespace {self.namespace}"
@@ -134,7 +135,8 @@ def python_registrations(tree: ast.Module, where: str, provider: str, default_ns
                 schema = _str(_arg(node, 0, "schema"))
                 m = _SCHEMA_NAME.match(schema or "")
                 if m:
-                    regs.append(OpRegistration(libs[owner_key], m.group(1), provider, f"{where}:{node.lineno}"))
+                    regs.append(OpRegistration(libs[owner_key], m.group(1), provider, f"{where}:{node.lineno}",
+                                               schema=schema or ""))
                 else:
                     dynamic.append((libs[owner_key], ""))
             elif owner_key == "library" or ast.unparse(owner).endswith("torch.library"):
@@ -194,7 +196,8 @@ def cpp_registrations(text: str, where: str, provider: str) -> tuple[list[OpRegi
             name_m = _SCHEMA_NAME.match(schema)
             if not name_m:
                 continue
-            reg = OpRegistration(ns, name_m.group(1), provider, f"{where}:{line0 + body.count(chr(10), 0, d.start())}")
+            reg = OpRegistration(ns, name_m.group(1), provider, f"{where}:{line0 + body.count(chr(10), 0, d.start())}",
+                                 schema=schema)
             if ns:
                 regs.append(reg)
             else:

@@ -201,9 +201,10 @@ def check_ops(discovery: Discovery, table: OpTable) -> Iterator[Finding]:
                             *(f"read: {r}" for r in table.read)])
 
 
-def op_findings(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,
-                facts: StackFacts | None) -> list[Finding]:
-    """The op-name check as the review runs it: every provider read, then the uses in scope."""
+def op_table_for_review(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,
+                        facts: StackFacts | None) -> OpTable:
+    """Every provider of ops the review reads: the port's Python and C++, upstream's Python and compiled
+    op names, the stack manifest. The signature check reads the port's schemas from it too."""
     compiled, note = (None, "")
     if upstream is not None:
         from metax_audit.upstream import compiled_op_names
@@ -212,7 +213,14 @@ def op_findings(discovery: Discovery, config: AuditConfig, upstream: UpstreamInf
         if compiled is None and upstream.root is not None and (upstream.root / "csrc").is_dir():
             compiled, note = upstream_cpp_ops(upstream.root)
     manifest = facts.torch_ops if facts is not None and facts.source.startswith("manifest:") else None
-    table = build_table(discovery.root, discovery.port_package, config.native_sources, upstream,
-                        compiled_names=compiled, compiled_note=note, manifest_ops=manifest,
-                        op_packages=config.op_namespaces)
+    return build_table(discovery.root, discovery.port_package, config.native_sources, upstream,
+                       compiled_names=compiled, compiled_note=note, manifest_ops=manifest,
+                       op_packages=config.op_namespaces)
+
+
+def op_findings(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,
+                facts: StackFacts | None, table: OpTable | None = None) -> list[Finding]:
+    """The op-name check as the review runs it: every provider read, then the uses in scope."""
+    if table is None:
+        table = op_table_for_review(discovery, config, upstream, facts)
     return list(check_ops(discovery, table))

@@ -6,9 +6,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from metax_audit.checks.op_registrations import OpTable
+from metax_audit.checks.passthrough import ForwardedOp, VendorSchema, forwarded_op, tail_name, vendor_schema
 from metax_audit.checks.stack import build_note, call_text, checked_calls, installed_text, usable
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import (
+    CallableFact,
     CallArg,
     CallSite,
     Category,
@@ -33,7 +36,9 @@ rule("MXA104", Category.SIGNATURE, Severity.ERROR, "call binds an argument twice
 rule("MXA105", Category.SIGNATURE, Severity.WARNING, "positional argument lands on a different installed parameter than upstream's call passes it to",
      "Upstream's call of the same callee passes this value by a keyword (or at another position) whose name differs "
      "from the installed parameter at this position: the value's meaning moved. Pass it by keyword. One finding per "
-     "call; an error when the port passes positionals upstream's call does not (the call follows an older signature).")
+     "call; an error when the port passes positionals upstream's call does not (the call follows an older signature); "
+     "info when the installed callable only forwards its arguments by position to a torch op whose schema, as the port "
+     "registers it, takes the values where the port passes them (they land right on the vendor stack).")
 rule("MXA106", Category.SIGNATURE, Severity.INFO, "call site could not be checked against the installed kernel",
      "Introspection of the callee failed (import error, hang, crash, no signature); this is not evidence of missing "
      "support. Capture a stack manifest on a machine where the kernel imports (`evidence --capture-stack`).")
@@ -148,6 +153,7 @@ def check_signatures(
     facts: StackFacts,
     *,
     upstream_calls: Sequence[CallSite] = (),
+    vendor_ops: OpTable | None = None,
 ) -> Iterator[Finding]:
     not_checked: dict[str, list[CallSite]] = {}
     stand_in_keywords: dict[tuple[str, str], list[Finding]] = {}
@@ -192,7 +198,7 @@ def check_signatures(
             yield make_finding("MXA103", _loc(call, param.name),
                                f"{call.callee_text} does not pass {param.name!r}, required by installed {fact.target}", both,
                                severity=severity)
-        yield from _moved(call, b, fact.target, both, upstream_calls)
+        yield from _moved(call, b, fact, both, upstream_calls, vendor_ops)
     for (package, keyword), group in stand_in_keywords.items():
         yield _one_root_cause(package, keyword, group)
     for target, calls in not_checked.items():
@@ -233,7 +239,40 @@ def _upstream_match(call: CallSite, upstream_calls: Sequence[CallSite]) -> CallS
     return max(same, key=lambda u: len(texts & {a.text for a in u.args}))
 
 
-def _moved(call: CallSite, b: Binding, target: str, both: tuple[str, ...], upstream_calls: Sequence[CallSite]) -> Iterator[Finding]:
+def _vendor_landing(b: Binding, fact: CallableFact, vendor_ops: OpTable | None, moved: Sequence[CallArg],
+                    ) -> tuple[ForwardedOp, VendorSchema, list[str]] | None:
+    """Where the call's values land when the installed callable forwards them by position to a torch op
+    the port registers itself with other names: (the forwarding, the port's schema, one line per value).
+    Only when every moved value named like an op parameter lands on exactly that parameter (and one
+    does), no value lands on a parameter named after another, and the op takes as many values as the
+    wrapper forwards; otherwise the installed names are what counts."""
+    if vendor_ops is None or fact.params is None:
+        return None
+    forward = forwarded_op(fact)
+    schema = vendor_schema(vendor_ops, forward.namespace, forward.op) if forward is not None else None
+    if forward is None or schema is None or len(forward.forwarded) > len(schema.params) \
+            or schema.params[:len(forward.forwarded)] == forward.forwarded:
+        return None
+    index = {name: i for i, name in enumerate(forward.forwarded)}
+    on_of = {id(arg): schema.params[index[param.name]] for arg, param in (*b.positional, *b.keywords)
+             if param is not None and param.name in index}
+    named = [a for a in moved if tail_name(a.text) in schema.params]
+    if not named or any(on_of.get(id(a)) != tail_name(a.text) for a in named):
+        return None
+    landed: list[str] = []
+    for arg, param in (*b.positional, *b.keywords):
+        if param is None or param.name not in index:
+            return None  # the value stays in the wrapper (or binds nowhere): nothing to explain
+        on = schema.params[index[param.name]]
+        name = tail_name(arg.text)
+        if name and name != on and name in schema.params:
+            return None  # a value named like one op parameter lands on another: wrong on the vendor too
+        landed.append(f"{arg.text} -> {on}" + (" (same name)" if name == on else ""))
+    return forward, schema, landed
+
+
+def _moved(call: CallSite, b: Binding, fact: CallableFact, both: tuple[str, ...], upstream_calls: Sequence[CallSite],
+           vendor_ops: OpTable | None = None) -> Iterator[Finding]:
     up = _upstream_match(call, upstream_calls)
     if up is None:
         return
@@ -262,10 +301,25 @@ def _moved(call: CallSite, b: Binding, target: str, both: tuple[str, ...], upstr
     # More positionals than upstream's call, shifting values it shares with upstream onto other installed
     # parameters: the call follows an older signature of the kernel and breaks or computes wrong values.
     stale = bool(extra) and len(b.positional) > len(up_pos)
-    yield make_finding("MXA105", _loc(call, f"pos{moved[0][0]}"),
-                       f"{call.callee_text}: " + "; ".join(m for _, m in moved) + cause,
-                       [*both, f"upstream: {up.location}: {up.callee_text}(" + ", ".join(
-                           (f"{a.name}={a.text}" if a.name else a.text) for a in up.args) + ")",
-                        f"port positional count: {len(b.positional)}, upstream positional count: {len(up_pos)}"
-                        + ("; the port's call follows an older signature of the installed callable" if stale else "")],
+    evidence = [*both, f"upstream: {up.location}: {up.callee_text}(" + ", ".join(
+                    (f"{a.name}={a.text}" if a.name else a.text) for a in up.args) + ")",
+                f"port positional count: {len(b.positional)}, upstream positional count: {len(up_pos)}"
+                + ("; the port's call follows an older signature of the installed callable" if stale else "")]
+    message = f"{call.callee_text}: " + "; ".join(m for _, m in moved) + cause
+    vendor = _vendor_landing(b, fact, vendor_ops, [b.positional[i][0] for i, _ in moved])
+    if vendor is not None:
+        forward, schema, landed = vendor
+        yield make_finding("MXA105", _loc(call, f"pos{moved[0][0]}"),
+                           f"{call.callee_text}: the values follow the port's own schema of torch.ops.{schema.namespace}."
+                           f"{schema.op}, not the installed wrapper's names: {fact.target} forwards them by position, "
+                           f"so on the vendor stack they land as the port passes them ({message})",
+                           [*evidence, f"installed wrapper forwards ({', '.join(forward.forwarded)}) by position to "
+                                       f"torch.ops.{forward.namespace}.{forward.op} ({forward.where})",
+                            f"port registers {schema.namespace}::{schema.op} at {schema.where}: {schema.text}",
+                            "lands: " + "; ".join(landed),
+                            "keeps working while the port's schema keeps this order; syncing the port's op to "
+                            "upstream's order would break this call"],
+                           severity=Severity.INFO)
+        return
+    yield make_finding("MXA105", _loc(call, f"pos{moved[0][0]}"), message, evidence,
                        severity=Severity.ERROR if stale else None)
