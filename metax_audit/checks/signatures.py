@@ -308,7 +308,7 @@ def _moved(call: CallSite, b: Binding, fact: CallableFact, both: tuple[str, ...]
     message = f"{call.callee_text}: " + "; ".join(m for _, m in moved) + cause
     vendor = _vendor_landing(b, fact, vendor_ops, [b.positional[i][0] for i, _ in moved])
     if vendor is not None:
-        forward, schema, landed = vendor
+        forward, schema, lands = vendor
         yield make_finding("MXA105", _loc(call, f"pos{moved[0][0]}"),
                            f"{call.callee_text}: the values follow the port's own schema of torch.ops.{schema.namespace}."
                            f"{schema.op}, not the installed wrapper's names: {fact.target} forwards them by position, "
@@ -316,7 +316,7 @@ def _moved(call: CallSite, b: Binding, fact: CallableFact, both: tuple[str, ...]
                            [*evidence, f"installed wrapper forwards ({', '.join(forward.forwarded)}) by position to "
                                        f"torch.ops.{forward.namespace}.{forward.op} ({forward.where})",
                             f"port registers {schema.namespace}::{schema.op} at {schema.where}: {schema.text}",
-                            "lands: " + "; ".join(landed),
+                            "lands: " + "; ".join(lands),
                             "keeps working while the port's schema keeps this order; syncing the port's op to "
                             "upstream's order would break this call"],
                            severity=Severity.INFO)
