@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from metax_audit.models import CallSite, Finding, Severity, StackFacts
+from metax_audit.models import CallSite, Category, Finding, Severity, StackFacts
 from metax_audit.pysource import read_source_cached
 
 # Evidence lines compare writes per hunk: "<path>:<line> [<kind>] <detail> -- <verdict>".
@@ -192,6 +192,9 @@ def _joined(into: Finding, others: Sequence[Finding]) -> tuple[str, ...]:
 
 # Rules about one statement of the port: when that statement is upstream's, the finding is inherited.
 _STATEMENT_RULE = re.compile(r"^MXA1[0-4]\d$")
+# Findings of a followed value (LSE base/layout, FP8 scales): inherited when the call that receives the
+# value in the wrong convention is upstream's own statement (upstream ships the same break).
+_FLOW_CATEGORIES = frozenset({Category.LSE, Category.LAYOUT, Category.FP8_SCALE})
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ class Counterparts:
     version: str
     files: dict[str, str]  # port path -> upstream path
 
-    def inherited(self, path: str, line: int) -> str:
+    def inherited(self, path: str, line: int, what: str = "") -> str:
         """Evidence that the statement at path:line is upstream's own, or ""."""
         up_path = self.files.get(path)
         if not up_path or not line:
@@ -213,7 +216,7 @@ class Counterparts:
         if len(stmt) < 12 or up_text is None or stmt not in up_text[0]:
             return ""
         up_line = up_text[1][up_text[0].index(stmt)]
-        return f"attribution: inherited from upstream {self.version}, also present there ({up_path}:{up_line})"
+        return f"attribution: inherited from upstream {self.version}, {what or 'also present there'} ({up_path}:{up_line})"
 
 
 def label_inherited(findings: Sequence[Finding], counterparts: Counterparts | None) -> list[Finding]:
@@ -221,7 +224,12 @@ def label_inherited(findings: Sequence[Finding], counterparts: Counterparts | No
         return list(findings)
     out = []
     for f in findings:
-        why = counterparts.inherited(f.location.path, f.location.line) if _STATEMENT_RULE.match(f.rule) else ""
+        if _STATEMENT_RULE.match(f.rule):
+            why = counterparts.inherited(f.location.path, f.location.line)
+        elif f.category in _FLOW_CATEGORIES:  # a flow's finding stands at the call where the convention breaks
+            why = counterparts.inherited(f.location.path, f.location.line, "the call where it breaks is also present there")
+        else:
+            why = ""
         out.append(replace(f, evidence=(*f.evidence, why)) if why and why not in f.evidence else f)
     return out
 

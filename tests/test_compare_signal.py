@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -553,3 +554,18 @@ def test_an_upstream_argument_to_a_port_function_that_answers_a_constant_is_info
     computed = FA_UTILS.replace("return 2", "return 4 if head_size else 2")
     _, findings = run(tmp_path / "computed", upstream, base, base, extra_port={"v1/attention/backends/fa_utils.py": computed})
     assert next(f for f in findings if f.location.symbol == "Impl.__init__").severity is Severity.WARNING
+
+
+def test_a_flow_finding_at_a_merge_call_upstream_also_has_is_labelled_inherited(tmp_path: Path) -> None:
+    from metax_audit.triage import Counterparts, label_inherited
+
+    _write(tmp_path / "port", "vllm_metax/fi.py", "def run(a, b):\n    merge_attn_states(out, a.o, a.lse, b.o, b.lse)\n")
+    _write(tmp_path / "up", "vllm/fi.py", "def run(a, b):\n    merge_attn_states(out, a.o, a.lse,\n        b.o, b.lse)\n")
+    cp = Counterparts(tmp_path / "port", tmp_path / "up", "0.26.0", {"vllm_metax/fi.py": "vllm/fi.py"})
+    flow = Finding("MXA510", Category.LSE, Severity.ERROR, Location("vllm_metax/fi.py", 2, "run"), "base-2 LSE into a base-e merge",
+                   ("producer: fi.py:1",))
+    [got] = label_inherited([flow], cp)
+    assert got.evidence[-1] == ("attribution: inherited from upstream 0.26.0, the call where it breaks is also present there "
+                                "(vllm/fi.py:2)")
+    other = replace(flow, category=Category.COVERAGE, rule="MXA002")
+    assert label_inherited([other], cp)[0].evidence == other.evidence

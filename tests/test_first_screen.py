@@ -63,12 +63,20 @@ def test_a_clean_review_passes() -> None:
 
 
 def test_a_new_error_leads_the_errors_and_the_verdict_counts_it() -> None:
-    old_error = _f("MXA510", Category.LSE, Severity.ERROR, FI, 327, "base 2 reaches a base-e merge")
-    new_error = _f("MXA101", Category.SIGNATURE, Severity.ERROR, FI, 1731, "keyword the installed kernel lacks")
+    old_error = _f("MXA122", Category.IMPORT, Severity.ERROR, FI, 50, "imports a name upstream removed")
+    new_error = _f("MXA510", Category.LSE, Severity.ERROR, FI, 327, "base 2 reaches a base-e merge")
     marked = [replace(old_error, baseline=BaselineState.UNCHANGED), replace(new_error, baseline=BaselineState.NEW)]
     screen = first_screen(rf.make_report(findings=marked))
-    # by consequence alone the LSE error ranks first; what the change introduced comes before it
-    assert [f.rule for f in screen.errors] == ["MXA101", "MXA510"]
+    # by the order of fixing alone the import error ranks first; what the change introduced comes before it
+    assert [f.rule for f in screen.errors] == ["MXA510", "MXA122"]
     assert screen.verdict.startswith("FAIL: 2 errors (1 new in this change) break on the target stack")
-    unmarked = first_screen(rf.make_report(findings=[old_error, new_error]))
-    assert [f.rule for f in unmarked.errors] == ["MXA510", "MXA101"]
+    unmarked = first_screen(rf.make_report(findings=[new_error, old_error]))
+    assert [f.rule for f in unmarked.errors] == ["MXA122", "MXA510"]
+
+
+def test_errors_come_in_the_order_they_are_fixed_imports_then_calls_then_wrong_results() -> None:
+    errors = [_f("MXA510", Category.LSE, Severity.ERROR, FI, 327, "base 2 reaches a base-e merge"),
+              _f("MXA101", Category.SIGNATURE, Severity.ERROR, FI, 863, "keyword the installed kernel lacks"),
+              _f("MXA170", Category.REGISTRATION, Severity.ERROR, FI, 900, "op nothing registers"),
+              _f("MXA122", Category.IMPORT, Severity.ERROR, FI, 50, "imports a name upstream removed")]
+    assert [f.rule for f in first_screen(rf.make_report(findings=errors)).errors] == ["MXA122", "MXA170", "MXA101", "MXA510"]

@@ -16,6 +16,11 @@ _CATEGORY_RANK = {c: i for i, c in enumerate((
     Category.INDEX_MAPPING, Category.SIGNATURE, Category.KWARGS_SWALLOWED, Category.IMPORT, Category.REGISTRATION,
     Category.GRAPH_CAPTURE, Category.UPSTREAM_DRIFT, Category.ARCH_CHECK, Category.UNDECLARED_DIFFERENCE,
     Category.CLAIM, Category.INACTIVE_PATH, Category.ENVIRONMENT, Category.COVERAGE))}
+# Errors in the order a maintainer fixes them: a module that does not import hides every other break in
+# it (nothing of it runs until it imports), then ops and calls that raise at their first run, then the
+# silent wrong results that only show once the code runs.
+_ERROR_RANK = {c: i for i, c in enumerate((
+    Category.IMPORT, Category.REGISTRATION, Category.SIGNATURE, Category.KWARGS_SWALLOWED))}
 KERNEL_HUNK = "-- may change what a kernel computes or whether it runs"
 DRIFT_RULE, FOLLOWED_RULE = "MXA203", "MXA204"
 
@@ -44,7 +49,8 @@ def first_screen(report: AuditReport) -> FirstScreen:
     live = [f for f in report.findings if not f.waived]
     has_baseline = any(getattr(f, "baseline", None) is not None for f in report.findings)
     # What the change introduced leads the errors: a pre-commit user looks for their own break first.
-    errors = tuple(sorted((f for f in live if f.severity is Severity.ERROR), key=lambda f: (not _is_new(f), _rank(f))))
+    errors = tuple(sorted((f for f in live if f.severity is Severity.ERROR),
+                          key=lambda f: (not _is_new(f), _ERROR_RANK.get(f.category, len(_ERROR_RANK)), _rank(f))))
     new = tuple(sorted((f for f in live if _is_new(f)), key=_rank)) if has_baseline else None
     drift = Counter(f.location.path for f in live if f.rule == DRIFT_RULE)
     followed = {f.location.path for f in report.findings if f.rule == FOLLOWED_RULE}
