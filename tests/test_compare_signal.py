@@ -144,6 +144,16 @@ DEMOTIONS = {
         "def pad(q):\n    n = 128 if current_platform.is_device_capability_family(100) else 64\n    return kernel(q, n)\n\nX = pad(1)\n",
         "predicate constant on the vendor platform: is_device_capability_family(...) is False: vllm_metax/platform.py:9 "
         "VendorPlatform.is_device_capability_family returns False"),
+    "removed guard that always fired on the vendor: the port turns the path on": (
+        "def supported():\n    if not current_platform.is_device_capability_family(90):\n        return False, 'Hopper only'\n"
+        "    return True, None\n\nX = supported()\n",
+        "def supported():\n    return True, None\n\nX = supported()\n",
+        "upstream's guard always fired on the vendor platform, so removing it turns this path on there"),
+    "removed guard that never fired on the vendor: nothing changes": (
+        "def supported():\n    if current_platform.is_device_capability_family(90):\n        return False, 'not on Hopper'\n"
+        "    return True, None\n\nX = supported()\n",
+        "def supported():\n    return True, None\n\nX = supported()\n",
+        "the port drops a branch `if current_platform.is_device_capability_family(90)` never runs there"),
     "path the vendor never runs: a branch another platform takes": (
         "def run(q):\n    if current_platform.is_rocm():\n        return rocm_kernel(q, scale=2)\n    else:\n        return kernel(q)\n\nX = run(1)\n",
         "def run(q):\n    return kernel(q)\n\nX = run(1)\n",

@@ -67,6 +67,36 @@ def _arch_constant(nodes: Iterable[ast.AST], platform: VendorPlatform) -> str:
     return "; ".join(sorted({f"{_callee(c).rsplit('.', 1)[-1]}(...) is {a[0]}: {a[1]}" for c, a in zip(calls, answers, strict=True) if a}))
 
 
+def _truth(test: ast.expr, platform: VendorPlatform) -> bool | None:
+    """The value of a guard's condition on the vendor platform when it is made only of capability
+    questions with fixed answers, `not`, `and`, `or`; None when anything else decides it."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _truth(test.operand, platform)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        values = [_truth(v, platform) for v in test.values]
+        if isinstance(test.op, ast.And):
+            return False if False in values else (None if None in values else True)
+        return True if True in values else (None if None in values else False)
+    if isinstance(test, ast.Call) and _callee(test).rsplit(".", 1)[-1] in ARCH_CALLS:
+        answer = platform.value(test)
+        return None if answer is None else answer[0]
+    return None
+
+
+def _removed_guard_effect(nodes: Iterable[ast.AST], platform: VendorPlatform) -> str:
+    """What removing upstream's capability guard does on the vendor: a guard whose condition always holds
+    there always rejected, so removing it turns the path on (the port's capability decision); one
+    that never holds never fired, so removing it changes nothing."""
+    guards = [n for n in nodes if isinstance(n, ast.If)]
+    truths = {_truth(g.test, platform) for g in guards}
+    if not guards or None in truths or len(truths) != 1:
+        return ""
+    if truths == {True}:
+        return "; upstream's guard always fired on the vendor platform, so removing it turns this path on there (the port's capability decision)"
+    return "; upstream's guard never fires on the vendor platform, so removing it changes nothing there"
+
+
 def _returns_constant(nodes: list[ast.AST]) -> bool:
     return len(nodes) == 1 and isinstance(nodes[0], ast.Return) and isinstance(nodes[0].value, ast.Constant)
 
@@ -99,7 +129,8 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         port_arch = [t.node for t in p if t.arch]
         const = _arch_constant(up_arch or port_arch, ctx.platform)
         if const and (not port_arch or not up_arch or _arch_constant(port_arch, ctx.platform)):
-            return f"predicate constant on the vendor platform: {const}"
+            effect = _removed_guard_effect(un, ctx.platform) if u and not p else ""
+            return f"predicate constant on the vendor platform: {const}{effect}"
         if u and not port_arch and (_returns_constant(pn) or _platform_query(pn, ctx.platform) or _floor(un)):
             answer = "; ".join(_text(ctx.port, t) for t in p[:2]) or "the port drops the floor"
             return f"capability floor replaced by the vendor's answer: {answer}"
