@@ -102,6 +102,8 @@ def _entry(item: Any, path: Path, line: int) -> Waiver:
     for key in ("rule", "reason") if item.get("id") is None else ("reason",):
         if not isinstance(item.get(key), str) or not item[key].strip():
             raise ConfigError(f"{where}: waiver needs a non-empty `{key}`")
+    if isinstance(item.get("content"), int) and not isinstance(item["content"], bool) and len(str(item["content"])) == 16:
+        item = {**item, "content": str(item["content"])}  # an unquoted all-digit hash (files generated before 0.x quoted it)
     for key in ("id", "content"):
         if item.get(key) is not None and (not isinstance(item[key], str) or not item[key].strip()):
             raise ConfigError(f"{where}: waiver `{key}` must be a non-empty string")
@@ -202,7 +204,7 @@ def generate_waivers(findings: Sequence[Finding]) -> str:
         seen.add(f.id)
         reason = f.waiver_reason if f.waived and f.waiver_reason else f"TODO: why this is accepted (line {f.location.line})"
         lines.append(f"  - id: {f.id}  # {f.category.value}, {f.severity.value}")
-        lines.append(f"    content: {f.content}")
+        lines.append(f"    content: {json.dumps(f.content)}")  # quoted: an all-digit hash would load as a number
         lines.append(f"    rule: {f.rule}")
         lines.append(f"    path: {json.dumps(f.location.path)}")
         if f.location.symbol:

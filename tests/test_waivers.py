@@ -97,6 +97,20 @@ def test_generated_file_round_trips(tmp_path: Path) -> None:
     assert all(f.waived for f in out) and summary["waived"] == 2 and summary["unmatched"] == 0
 
 
+def test_an_all_digit_content_hash_round_trips(tmp_path: Path) -> None:
+    """A content hash of digits only (real port master: 6383681306462449) is quoted when generated, so
+    YAML keeps it a string; an unquoted one in an older file is still read as that hash."""
+    digits = make_finding("MXA201", Location("vllm_metax/v1/c.py", 5, "f"), "changed in f: g(x)")
+    object.__setattr__(digits, "content", "6383681306462449")  # the cached property's slot
+    text = generate_waivers([digits])
+    assert 'content: "6383681306462449"' in text
+    out, summary = apply_waivers([digits], _file(tmp_path, text), TODAY)
+    assert out[0].waived and summary["waived"] == 1 and summary["unmatched"] == 0
+    old = _file(tmp_path, text.replace('"6383681306462449"', "6383681306462449"))
+    out, summary = apply_waivers([digits], old, TODAY)
+    assert out[0].waived and summary["unmatched"] == 0
+
+
 def test_generate_with_nothing_to_waive_is_valid(tmp_path: Path) -> None:
     text = generate_waivers([])
     out, summary = apply_waivers([], _file(tmp_path, text), TODAY)
