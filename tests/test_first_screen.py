@@ -80,3 +80,10 @@ def test_errors_come_in_the_order_they_are_fixed_imports_then_calls_then_wrong_r
               _f("MXA170", Category.REGISTRATION, Severity.ERROR, FI, 900, "op nothing registers"),
               _f("MXA122", Category.IMPORT, Severity.ERROR, FI, 50, "imports a name upstream removed")]
     assert [f.rule for f in first_screen(rf.make_report(findings=errors)).errors] == ["MXA122", "MXA170", "MXA101", "MXA510"]
+
+
+def test_an_untouched_files_line_counts_its_errors_too() -> None:
+    with_error = [*FINDINGS, _f("MXA122", Category.IMPORT, Severity.ERROR, FI, 50, "imports a name upstream removed")]
+    text = render_summary(rf.make_report(findings=with_error))
+    assert any(line.startswith(f"- [`{FI}`](files/") and "followed none; 2 error (listed above), 1 warning" in line
+               for line in text.splitlines())

@@ -33,6 +33,7 @@ class Untouched:
     not_followed: int
     warnings: int
     infos: int
+    errors: int = 0  # listed with the errors above; counted here so the line says the file's whole state
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ def first_screen(report: AuditReport) -> FirstScreen:
     left = {p for p in drift if p not in followed}
     untouched = tuple(
         Untouched(p, drift[p], sum(f.severity is Severity.WARNING for f in live if f.location.path == p),
-                  sum(f.severity is Severity.INFO for f in live if f.location.path == p))
+                  sum(f.severity is Severity.INFO for f in live if f.location.path == p),
+                  sum(f.severity is Severity.ERROR for f in live if f.location.path == p))
         for p in sorted(left))
     warnings = tuple(sorted((f for f in live if f.severity is Severity.WARNING and f.location.path not in left), key=_rank))
     n_err = len(errors)
@@ -101,4 +103,5 @@ def one_line(f: Finding, limit: int = 220) -> str:
 
 def untouched_line(u: Untouched) -> str:
     return (f"{u.path}: upstream changed it in {u.not_followed} place{'s' * (u.not_followed != 1)} since the base release "
-            f"and the last sync followed none; {u.warnings} warning, {u.infos} info")
+            f"and the last sync followed none; " + (f"{u.errors} error (listed above), " if u.errors else "")
+            + f"{u.warnings} warning, {u.infos} info")
