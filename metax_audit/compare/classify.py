@@ -85,16 +85,13 @@ def _truth(test: ast.expr, platform: VendorPlatform) -> bool | None:
 
 
 def _removed_guard_effect(nodes: Iterable[ast.AST], platform: VendorPlatform) -> str:
-    """What removing upstream's capability guard does on the vendor: a guard whose condition always holds
-    there always rejected, so removing it turns the path on (the port's capability decision); one
-    that never holds never fired, so removing it changes nothing."""
+    """What removing upstream's capability guard does on the vendor when its condition always holds there:
+    it always rejected, so removing it turns the path on (the port's capability decision). A guard that
+    never fires is already said by gate_of ("the port drops a branch ... never runs there")."""
     guards = [n for n in nodes if isinstance(n, ast.If)]
-    truths = {_truth(g.test, platform) for g in guards}
-    if not guards or None in truths or len(truths) != 1:
-        return ""
-    if truths == {True}:
+    if guards and all(_truth(g.test, platform) is True for g in guards):
         return "; upstream's guard always fired on the vendor platform, so removing it turns this path on there (the port's capability decision)"
-    return "; upstream's guard never fires on the vendor platform, so removing it changes nothing there"
+    return ""
 
 
 def _returns_constant(nodes: list[ast.AST]) -> bool:
