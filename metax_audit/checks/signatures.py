@@ -254,20 +254,17 @@ def _vendor_landing(b: Binding, fact: CallableFact, vendor_ops: OpTable | None, 
             or schema.params[:len(forward.forwarded)] == forward.forwarded:
         return None
     index = {name: i for i, name in enumerate(forward.forwarded)}
-    on_of = {id(arg): schema.params[index[param.name]] for arg, param in (*b.positional, *b.keywords)
-             if param is not None and param.name in index}
-    named = [a for a in moved if tail_name(a.text) in schema.params]
-    if not named or any(on_of.get(id(a)) != tail_name(a.text) for a in named):
-        return None
-    landed: list[str] = []
+    landing: list[tuple[CallArg, str]] = []  # each value and the op parameter it reaches
     for arg, param in (*b.positional, *b.keywords):
         if param is None or param.name not in index:
             return None  # the value stays in the wrapper (or binds nowhere): nothing to explain
-        on = schema.params[index[param.name]]
-        name = tail_name(arg.text)
-        if name and name != on and name in schema.params:
-            return None  # a value named like one op parameter lands on another: wrong on the vendor too
-        landed.append(f"{arg.text} -> {on}" + (" (same name)" if name == on else ""))
+        landing.append((arg, schema.params[index[param.name]]))
+    moved_ids = {id(a) for a in moved}
+    named = [(arg, on) for arg, on in landing if tail_name(arg.text) in schema.params]
+    # A value named like one op parameter must land on exactly that one; at least one moved value must.
+    if any(tail_name(arg.text) != on for arg, on in named) or not any(id(arg) in moved_ids for arg, _ in named):
+        return None
+    landed = [f"{arg.text} -> {on}" + (" (same name)" if tail_name(arg.text) == on else "") for arg, on in landing]
     return forward, schema, landed
 
 

@@ -56,11 +56,10 @@ def first_screen(report: AuditReport) -> FirstScreen:
     drift = Counter(f.location.path for f in live if f.rule == DRIFT_RULE)
     followed = {f.location.path for f in report.findings if f.rule == FOLLOWED_RULE}
     left = {p for p in drift if p not in followed}
-    untouched = tuple(
-        Untouched(p, drift[p], sum(f.severity is Severity.WARNING for f in live if f.location.path == p),
-                  sum(f.severity is Severity.INFO for f in live if f.location.path == p),
-                  sum(f.severity is Severity.ERROR for f in live if f.location.path == p))
-        for p in sorted(left))
+    # One count per (file, severity), not one pass over every finding per untouched file.
+    by_file = Counter((f.location.path, f.severity) for f in live if f.location.path in left)
+    untouched = tuple(Untouched(p, drift[p], by_file[p, Severity.WARNING], by_file[p, Severity.INFO],
+                                by_file[p, Severity.ERROR]) for p in sorted(left))
     warnings = tuple(sorted((f for f in live if f.severity is Severity.WARNING and f.location.path not in left), key=_rank))
     n_err = len(errors)
     n_warn = sum(f.severity is Severity.WARNING for f in live)
