@@ -2,7 +2,9 @@
 # review binds each pinned kernel package against: the installed build, a manifest, or the public base.
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
 import shutil
 import sys
@@ -118,7 +120,37 @@ def release_line(version: str) -> str:
 
 
 def installed_versions(names: Sequence[str], python: str | None) -> dict[str, str]:
-    """{canonical distribution name: version} installed in the target interpreter (read, never imported)."""
+    """{canonical distribution name: version} installed in the target interpreter (read, never imported).
+    The answer is kept in the stack cache under the interpreter's stack identity (its distributions'
+    metadata by stat, introspect.stack_identity): the same stack answers the same without a subprocess."""
+    import hashlib
+    import json
+
+    from metax_audit.introspect import stack_cache_dir, stack_identity
+
+    identity = stack_identity(python, ())
+    kept = None
+    if identity is not None:
+        asked = hashlib.sha256(json.dumps([identity, sorted(names)]).encode()).hexdigest()[:32]
+        kept = stack_cache_dir() / f"versions-{asked}.json"
+        try:
+            answer = json.loads(kept.read_text(encoding="utf-8"))
+            if isinstance(answer, dict) and all(isinstance(v, str) for v in answer.values()):
+                return answer
+        except (OSError, ValueError):
+            pass  # not asked before (or a damaged entry): ask the interpreter
+    answer = _ask_versions(names, python)
+    if kept is not None and answer is not None:
+        with contextlib.suppress(OSError):  # a read-only cache only costs the next review its speed
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(answer), encoding="utf-8")
+            os.replace(tmp, kept)
+    return answer or {}
+
+
+def _ask_versions(names: Sequence[str], python: str | None) -> dict[str, str] | None:
+    """installed_versions from the interpreter itself; None when it could not answer."""
     code = ("import importlib.metadata as m, json, sys\n"
             "out = {}\n"
             "for n in sys.argv[1:]:\n"
@@ -129,13 +161,13 @@ def installed_versions(names: Sequence[str], python: str | None) -> dict[str, st
     done = subproc.run_python(python or sys.executable, ["-c", subproc.fenced_code(code), *names], timeout=60,
                               isolated=True, never_import=())
     if done.timed_out or done.returncode != 0:
-        return {}
+        return None
     import json
 
     try:
         return {canonical(k): str(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
     except (ValueError, IndexError, AttributeError):
-        return {}
+        return None
 
 
 def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,

@@ -106,11 +106,8 @@ def _cache_keys(interpreter: str, targets: list[str], extra_path: Sequence[Path]
     interpreter's path cannot be read (then nothing is cached)."""
     import hashlib
 
-    try:
-        with _sandbox() as (cwd, env):
-            done = subproc.run([*worker_command(interpreter), "--sys-path"], cwd=cwd, env=env, timeout=30)
-        sys_path = [str(p) for p in json.loads(done.stdout)]
-    except (SubprocessError, ValueError, TypeError):
+    sys_path = _worker_sys_path(interpreter)
+    if sys_path is None:
         return None  # the worker run reports a broken interpreter in its own words
     real = Path(shutil.which(interpreter) or interpreter).resolve()  # a bare "python3" is found on PATH
     try:
@@ -131,6 +128,24 @@ def _cache_keys(interpreter: str, targets: list[str], extra_path: Sequence[Path]
             "path": [_path_entry_fingerprint(Path(p), []) for p in paths if p] if tops else data["path"]}
     return tuple(hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:32]  # type: ignore[return-value]
                  for d in (data, seen))
+
+
+_SYS_PATHS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, ...]] = {}
+
+
+def _worker_sys_path(interpreter: str) -> tuple[str, ...] | None:
+    """sys.path as the worker sees it under `interpreter` (None when it cannot be run), asked once
+    per process and environment: the result-cache key and the stack-cache plan of one review both
+    need it (one subprocess, not two)."""
+    asked = (interpreter, tuple(sorted(os.environ.items())))  # the worker inherits the environment
+    if asked not in _SYS_PATHS:
+        try:
+            with _sandbox() as (cwd, env):
+                done = subproc.run([*worker_command(interpreter), "--sys-path"], cwd=cwd, env=env, timeout=30)
+            _SYS_PATHS[asked] = tuple(str(p) for p in json.loads(done.stdout))
+        except (SubprocessError, ValueError, TypeError):
+            return None
+    return _SYS_PATHS[asked]
 
 
 def _path_entry_fingerprint(entry: Path, tops: list[str]) -> list[Any]:
