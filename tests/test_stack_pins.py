@@ -211,3 +211,28 @@ def test_an_unavailable_public_base_reads_the_same_the_first_time_and_from_the_c
     first = public_base("flash_mla==1.0.1", "flash_mla", cache_dir=tmp_path)
     again = public_base("flash_mla==1.0.1", "flash_mla", cache_dir=tmp_path)
     assert first == again and first[0] is None and "no such release" in first[1]
+
+
+def test_installed_versions_are_asked_once_per_stack_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interpreter is asked once; the same stack (identity) answers from the stack cache, with
+    the same answer; another identity (a distribution installed or upgraded) asks again."""
+    import sys
+
+    from metax_audit import introspect
+
+    asked: list[list[str]] = []
+    real_ask = stack_pins._ask_versions
+
+    def ask(names: list[str], python: str | None) -> dict[str, str] | None:
+        asked.append(list(names))
+        return real_ask(names, python)
+
+    monkeypatch.setattr(stack_pins, "_ask_versions", ask)
+    identity = ["stack-a"]
+    monkeypatch.setattr(introspect, "stack_identity", lambda python, extra=(): identity[0])
+    first = stack_pins.installed_versions(["pytest", "no-such-dist"], sys.executable)
+    assert first == {"pytest": pytest.__version__} and len(asked) == 1
+    assert stack_pins.installed_versions(["pytest", "no-such-dist"], sys.executable) == first and len(asked) == 1
+    identity[0] = "stack-b"
+    assert stack_pins.installed_versions(["pytest", "no-such-dist"], sys.executable) == first and len(asked) == 2
+    assert stack_pins.installed_versions(["no-such-dist"], sys.executable) == {} and len(asked) == 3
