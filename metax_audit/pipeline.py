@@ -373,13 +373,22 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
     from metax_audit import trace as trace_mod
 
     with st.run.stage("trace", st.progress) as notes:
-        trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None, symbols)
+        from metax_audit.resultcache import upstream_identity
+
+        # Each backend and file is a unit of the trace memo, kept with what it read (trace/memo.py).
+        memo_common = None if st.options.no_cache else ["trace", upstream_identity(upstream), repr(st.config)]
+        from metax_audit.trace.memo import MemoCount
+
+        memo_count = MemoCount()
+        trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None, symbols, memo_common,
+                                         memo_count)
         if trace.reached_files:
             discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files)
             st.run.findings += discover_mod.coverage_findings(
                 replace(discovery, files=tuple(f for f in discovery.files if f.reason == "reached-by-trace")))
         st.run.findings += trace_mod.trace_findings(trace)
-        notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved")
+        notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved"
+                     + (f"; {memo_count.note()}" if memo_count.note() else ""))
     return discovery, trace
 
 

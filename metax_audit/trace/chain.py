@@ -19,7 +19,9 @@ from metax_audit.models import (
     UnresolvedKind,
 )
 from metax_audit.trace.calls import Budget, Classifier, Collected, Walker, is_triton_kernel
-from metax_audit.trace.modules import ModuleIndex
+from metax_audit.trace.memo import MemoCount, TraceMemo, UnitResult
+from metax_audit.trace.modules import ModuleIndex, Skip
+from metax_audit.trace.resolve import Resolver
 from metax_audit.trace.scopes import Scope
 from metax_audit.trace.symbols import SymbolTable
 from metax_audit.trace.values import Cls, Ext, Func, Inst, Layer, Partial, Val, known
@@ -49,15 +51,28 @@ def _backend_registrations(registrations: tuple[Registration, ...]) -> list[Regi
 
 
 class _Tracer:
-    def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None, symbols: SymbolTable | None = None) -> None:
+    def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None, symbols: SymbolTable | None = None,
+                 memo_common: list | None = None, memo_count: MemoCount | None = None) -> None:
         self.discovery = discovery
         self.config = config
         if symbols is None:
             symbols = SymbolTable(ModuleIndex(Path(discovery.root), config.port_package, upstream_root, config.upstream_package, config.max_file_bytes))
         self.index = symbols.index
-        self.r = symbols.resolver
         tops = {p.replace("-", "_").split("_python")[0] for p in config.kernel_packages} | KERNEL_PACKAGES
-        self.classifier = Classifier(self.r, frozenset(tops - {"torch"}))
+        self._kernel_tops = frozenset(tops - {"torch"})
+        self._fresh_resolver()
+        # Without a key (no cache) the memo computes every unit, with the same per-unit resolvers.
+        self.memo = TraceMemo(self.index, memo_common or [], use_cache=memo_common is not None)
+        if memo_count is not None:
+            self.memo.count = memo_count
+
+    def _fresh_resolver(self) -> None:
+        """Each unit of the trace (a backend, a file's context-free calls) resolves with a resolver of
+        its own: its result then depends on what it reads, never on which unit ran before it (the
+        resolver's memo and the attribute assignments it records are per unit), so a unit's stored
+        result is exactly what tracing it again would give (trace/memo.py)."""
+        self.r = Resolver(self.index)
+        self.classifier = Classifier(self.r, self._kernel_tops)
 
     # ---- helpers
 
@@ -127,7 +142,17 @@ class _Tracer:
 
     # ---- one backend
 
-    def trace(self, reg: Registration) -> BackendChain:
+    def trace_unit(self, reg: Registration) -> tuple[BackendChain, UnitResult]:
+        """One backend's chain, from the memo or traced now with a fresh resolver."""
+        def compute() -> tuple[BackendChain, UnitResult]:
+            self._fresh_resolver()
+            return self.trace(reg)
+
+        chain, result = self.memo.unit(["backend", repr(reg)], compute)
+        # Whether the platform lists it is read from the discovery, outside the unit.
+        return replace(chain, active=self.is_active(reg)), result
+
+    def trace(self, reg: Registration) -> tuple[BackendChain, UnitResult]:
         hops = [ChainHop("registration", reg.name, reg.location.path, reg.location.line, reg.class_path)]
         unresolved: list[Unresolved] = []
         vals = known(self.r.lookup(reg.class_path))
@@ -135,8 +160,8 @@ class _Tracer:
         if backend is None:
             # discover reports the dangling class path (a registration finding); the chain stops here.
             hops.append(ChainHop("backend", reg.class_path, "", 0, None))
-            return BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), (), tuple(unresolved),
-                                condition=reg.condition)
+            return (BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), (), tuple(unresolved),
+                                 condition=reg.condition), UnitResult(frozenset(), frozenset(), ()))
         hops.append(ChainHop("backend", backend.dotted, backend.info.path, backend.node.lineno, backend.dotted))
         out = Collected()
         walker = Walker(self.r, self.classifier, out, Budget())
@@ -171,11 +196,9 @@ class _Tracer:
             hops.append(ChainHop("layer", f"layer.{attr}", path, line))
         resolved_at = {(c.location.path, c.location.line) for c in calls if c.origin != "unresolved"}
         unresolved += [u for u in out.unresolved.values() if (u.location.path, u.location.line) not in resolved_at]
-        self._files |= out.files
-        self._walked |= set(out.walked)
         capture = self.capture_support([c for c in (builder, backend, impl) if c is not None])
-        return BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), calls, tuple(unresolved), capture,
-                            condition=reg.condition)
+        return (BackendChain(reg.name, reg.class_path, reg.location, self.is_active(reg), tuple(hops), calls, tuple(unresolved), capture,
+                             condition=reg.condition), UnitResult(frozenset(out.files), frozenset(out.walked), ()))
 
     def _builder(self, backend: Cls, hops: list[ChainHop], entries: list[tuple[Func, dict, Cls]]) -> Cls | None:
         """The metadata builder get_builder_cls returns, with its hop, its entry methods (into
@@ -264,8 +287,16 @@ class _Tracer:
     def run(self) -> TraceResult:
         self._files: set[str] = set()
         self._walked: set[str] = set()
-        chains = tuple(self.trace(reg) for reg in _backend_registrations(self.discovery.registrations))
-        scope_calls = self._scope_calls()
+        skips: dict[str, Skip] = {}
+        traced = []
+        for reg in _backend_registrations(self.discovery.registrations):
+            chain, result = self.trace_unit(reg)
+            traced.append(chain)
+            self._files |= result.files
+            self._walked |= result.walked
+            skips.update((s.path, s) for s in result.skips)
+        chains = tuple(traced)
+        scope_calls = self._scope_calls(skips)
         all_calls: dict[tuple, CallSite] = {}
         for ch in chains:
             for c in ch.calls:
@@ -278,7 +309,7 @@ class _Tracer:
         for ch in chains:
             for u in ch.unresolved:
                 unresolved.setdefault((u.location.path, u.location.line, u.text), u)
-        for skip in self.index.skips.values():
+        for skip in skips.values():
             loc = Location(skip.path, 0)
             unresolved.setdefault((skip.path, 0, ""), Unresolved(loc, skip.path, f"file not traced: {skip.reason}",
                                                                          UnresolvedKind.FILE_NOT_TRACED))
@@ -291,16 +322,27 @@ class _Tracer:
         except RecursionError:
             walker.out.unresolved.setdefault((fn.info.path, fn.node.lineno, fn.dotted), Unresolved(Location(fn.info.path, fn.node.lineno, fn.dotted), fn.dotted, "not fully traced: code nested too deeply"))
 
-    def _scope_calls(self) -> list[CallSite]:
-        """Every call written in the files in scope, context-free (the compare stage checks them all)."""
-        out = Collected()
-        walker = Walker(self.r, self.classifier, out, Budget(max_depth=0, max_functions=20_000), follow_upstream_methods=False, record_attrs=False)
+    def _scope_calls(self, skips: dict[str, Skip]) -> list[CallSite]:
+        """Every call written in the files in scope, context-free (the compare stage checks them all).
+
+        One memo unit per file: its top-level functions and methods that no chain walked."""
+        sites: list[CallSite] = []
         for sf in self.discovery.files:
             if sf.parse_error or not sf.path.endswith(".py"):
                 continue
-            info = self.index.module_for_path(sf.path)
-            if info is None:
-                continue
+            module = _module_name(sf.path)
+            walked = sorted(w for w in self._walked if w.startswith(module + "."))
+            found, result = self.memo.unit(["scope", sf.path, walked], lambda sf=sf: self._file_scope_calls(sf.path))
+            sites += found
+            skips.update((s.path, s) for s in result.skips)
+        return sites
+
+    def _file_scope_calls(self, path: str) -> tuple[list[CallSite], UnitResult]:
+        self._fresh_resolver()
+        out = Collected()
+        walker = Walker(self.r, self.classifier, out, Budget(max_depth=0, max_functions=20_000), follow_upstream_methods=False, record_attrs=False)
+        info = self.index.module_for_path(path)
+        if info is not None:
             for node in info.tree.body:
                 # Functions a chain walked already have their (more precise) call sites; Triton
                 # kernel bodies are device DSL (tl.*), their launches are the call sites.
@@ -318,7 +360,15 @@ class _Tracer:
         for u in out.unresolved.values():
             if (u.location.path, u.location.line) not in done:
                 sites.append(CallSite(u.location, u.location.symbol, u.text, None, "unresolved", via=f"unresolved: {u.reason}"))
-        return sites
+        return sites, UnitResult(frozenset(), frozenset(), ())
+
+
+def _module_name(rel: str) -> str:
+    """The dotted name ModuleIndex.module_for_path gives a repo-relative path."""
+    parts = list(Path(rel).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
 
 
 def is_kernel_call(c: CallSite) -> bool:
@@ -337,9 +387,13 @@ def is_kernel_call(c: CallSite) -> bool:
 
 
 def trace_backends(discovery: Discovery, config: AuditConfig, upstream_root: Path | None = None,
-                   symbols: SymbolTable | None = None) -> TraceResult:
+                   symbols: SymbolTable | None = None, memo_common: list | None = None,
+                   memo_count: MemoCount | None = None) -> TraceResult:
     """Trace every registered attention backend (and MLA prefill backend) of the snapshot, by ast only.
 
-    With `symbols` the trace resolves through the review's one symbol table (which the checks ask
-    afterwards, reusing every module parsed here); without, it builds its own over `upstream_root`."""
-    return _Tracer(discovery, config, upstream_root, symbols).run()
+    With `symbols` the trace reads through the review's one module index (which the checks ask
+    afterwards, reusing every module parsed here); without, it builds its own over `upstream_root`.
+    With `memo_common` (what every unit depends on besides its own reads: the upstream release and
+    the config) each backend's chain and each file's call sites are kept in the trace memo;
+    `memo_count` receives how many were served from it."""
+    return _Tracer(discovery, config, upstream_root, symbols, memo_common, memo_count).run()

@@ -119,6 +119,17 @@ class Skip:
     reason: str
 
 
+@dataclass
+class ReadLog:
+    """What one unit of the trace asked of the port tree: the dotted names it looked up (a file,
+    a package or a folder each may answer) and the folders it listed, plus the skipped files it met.
+    The trace memo keys a unit's result on the state of exactly these (trace/memo.py)."""
+
+    names: set[str] = field(default_factory=set)
+    folders: set[str] = field(default_factory=set)
+    skips: dict[str, Skip] = field(default_factory=dict)
+
+
 class ModuleIndex:
     """Finds and parses modules of the port snapshot and the upstream tree, lazily, once each."""
 
@@ -130,7 +141,17 @@ class ModuleIndex:
         self.max_bytes = max_bytes
         self._cache: dict[str, ModuleInfo | None] = {}
         self.skips: dict[str, Skip] = {}
+        self._skip_of: dict[str, Skip] = {}  # module name -> why it has no tree
         self._texts: dict[str, str] = {}
+        self.log: ReadLog | None = None  # set while a memoized trace unit runs
+
+    def _note(self, name: str) -> None:
+        if self.log is not None and self.origin_of(name) == "port":
+            self.log.names.add(name)
+
+    def _note_folder(self, name: str) -> None:
+        if self.log is not None and self.origin_of(name) == "port":
+            self.log.folders.add(name)
 
     def origin_of(self, dotted: str) -> ModuleOrigin | None:
         top = dotted.split(".")[0]
@@ -141,6 +162,7 @@ class ModuleIndex:
         return None
 
     def _file_for(self, name: str) -> tuple[Path, Path, bool] | None:
+        self._note(name)
         origin = self.origin_of(name)
         root = self.port_root if origin == "port" else self.upstream_root if origin == "upstream" else None
         if root is None:
@@ -152,6 +174,7 @@ class ModuleIndex:
         return None
 
     def exists(self, name: str) -> bool:
+        self._note(name)
         return (name in self._cache and self._cache[name] is not None) or self._file_for(name) is not None
 
     def is_package(self, name: str) -> bool:
@@ -161,6 +184,7 @@ class ModuleIndex:
 
     def namespace_dir(self, name: str) -> Path | None:
         """The folder of an implicit namespace package (a directory without __init__.py), if any."""
+        self._note(name)
         origin = self.origin_of(name)
         root = self.port_root if origin == "port" else self.upstream_root if origin == "upstream" else None
         folder = root / Path(*name.split(".")) if root is not None else None
@@ -168,6 +192,7 @@ class ModuleIndex:
 
     def submodules(self, package: str) -> list[str]:
         """Names of the modules and packages directly inside `package` (from the file tree, not parsed)."""
+        self._note_folder(package)
         found = self._file_for(package)
         folder = found[1].parent if found is not None and found[2] else self.namespace_dir(package)
         if folder is None:
@@ -198,6 +223,10 @@ class ModuleIndex:
 
     def get(self, name: str) -> ModuleInfo | None:
         if name in self._cache:
+            self._note(name)
+            if self.log is not None and name in self._skip_of:
+                skip = self._skip_of[name]
+                self.log.skips[skip.path] = skip
             return self._cache[name]
         found = self._file_for(name)
         info = None
@@ -205,6 +234,10 @@ class ModuleIndex:
             root, path, pkg = found
             rel = path.relative_to(root).as_posix()
             info = self._parse(name, rel, path, pkg)
+            if info is None and rel in self.skips:
+                self._skip_of[name] = self.skips[rel]
+                if self.log is not None:
+                    self.log.skips[rel] = self.skips[rel]
         self._cache[name] = info
         return info
 
