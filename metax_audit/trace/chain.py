@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from metax_audit.config import AuditConfig
@@ -332,7 +333,7 @@ class _Tracer:
                 continue
             module = _module_name(sf.path)
             walked = sorted(w for w in self._walked if w.startswith(module + "."))
-            found, result = self.memo.unit(["scope", sf.path, walked], lambda sf=sf: self._file_scope_calls(sf.path))
+            found, result = self.memo.unit(["scope", sf.path, walked], partial(self._file_scope_calls, sf.path))
             sites += found
             skips.update((s.path, s) for s in result.skips)
         return sites
