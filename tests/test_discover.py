@@ -480,3 +480,20 @@ def test_custom_op_targets_and_shared_names(tmp_path: Path) -> None:
     # at module level the op function must exist in the module
     d = run(tmp_path, {f"{BACKENDS}/ops_layer.py": ops.replace("op_func=mx_op", "op_func=gone")})
     assert rules_of(d) == [("MXA010", "mx_op")]
+
+
+def test_a_backend_registered_by_call_and_decorator_is_one_missing_backend(tmp_path: Path) -> None:
+    # the real port registers TRITON_ATTN in platform.py and with @register_backend on its class
+    d = run(tmp_path, {
+        "vllm_metax/platform.py": _platform(
+            f'register_backend(AttentionBackendEnum.FLASHINFER, class_path="{FI}")\n'
+            'register_backend(AttentionBackendEnum.TRITON_ATTN, class_path="vllm_metax.v1.attention.backends.triton_attn.TB")\n',
+            PRIO),
+        f"{BACKENDS}/triton_attn.py": "from vllm.v1.attention.backends.registry import register_backend, AttentionBackendEnum\n\n\n"
+                                      "@register_backend(AttentionBackendEnum.TRITON_ATTN)\nclass TB:\n    pass\n",
+    })
+    assert {(r.kind, r.name) for r in d.registrations} >= {("attention-backend", "TRITON_ATTN"), ("decorator", "TRITON_ATTN")}
+    found = [f for f in registration_findings(d) if f.rule == "MXA011"]
+    assert len(found) == 1
+    assert found[0].location.path == "vllm_metax/platform.py"  # led by the platform's call
+    assert [e.split(": registers")[0].split(":")[0] for e in found[0].evidence[:2]] == ["vllm_metax/platform.py", f"{BACKENDS}/triton_attn.py"]

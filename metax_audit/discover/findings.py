@@ -166,10 +166,15 @@ def _priority_findings(discovery: Discovery) -> Iterator[Finding]:
     listed = {m for p in discovery.priorities for m in p.members}
     commented = {m: p for p in discovery.priorities for m in p.commented_out}
     backend_regs = [r for r in discovery.registrations if r.kind in _backend_kinds()]
+    # One finding per backend: a backend registered by a platform call and by its class's decorator
+    # is one backend missing from the lists, not two (led by the platform's call when there is one).
+    by_name: dict[str, list[Registration]] = {}
     for reg in backend_regs:
-        if reg.name in listed or reg.selected_by:
-            continue
-        evidence = [f"{reg.location.path}:{reg.location.line}: registers {reg.name} -> {reg.class_path}"]
+        if reg.name not in listed and not reg.selected_by:
+            by_name.setdefault(reg.name, []).append(reg)
+    for regs in by_name.values():
+        reg = next((r for r in regs if r.kind != "decorator"), regs[0])
+        evidence = [f"{r.location.path}:{r.location.line}: registers {r.name} -> {r.class_path}" for r in [reg, *(r for r in regs if r is not reg)]]
         evidence += [f"{p.location.path}:{p.location.line}: priorities ({p.condition or 'always'}): "
                      f"{', '.join(p.members) or 'empty'}" for p in discovery.priorities]
         if reg.name in commented:
