@@ -11,8 +11,8 @@ an unchanged revision is served whole). The upstream sources are passed as a dir
 neither needs a download.
 
 "staged_one_file" is the pre-commit case: in a clone of the checkout whose HEAD review is cached
-(one unmeasured `review --staged` with nothing changed), each repeat stages a new one-line change
-of one file (`--staged-file`) and runs `review --staged` (compared with HEAD). With
+(one unmeasured `review --staged` with nothing changed), each repeat stages a code change of one
+file (`--staged-file`; a new function appended) and runs `review --staged` (compared with HEAD). With
 `--reference-tree DIR` the cold review also runs with DIR first on PYTHONPATH ("reference_cold":
 another build of metax-audit, e.g. a checkout of an earlier commit), in the same interleaved run.
 
@@ -52,6 +52,7 @@ def main() -> int:
                     help="which measurements to run (griffe always runs: the ratios divide by it)")
     args = ap.parse_args()
 
+    load_start = os.getloadavg()[0]  # other work on the machine weighs on every row; said with the results
     out = tempfile.mkdtemp(prefix="mxa-bench-")
     review = [sys.executable, "-m", "metax_audit", "review", "--rev", args.rev, "--upstream", args.upstream,
               "--format", "json", "--output-dir", out, "--fail-on", "never"]
@@ -101,7 +102,8 @@ def main() -> int:
             if name == "staged_one_file":
                 path = os.path.join(clone, args.staged_file)
                 with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(f"# benchmark edit {i}\n")
+                    # a code change (a new function), not a comment: the file's chains and checks must be redone
+                    fh.write(f"\n\ndef _benchmark_edit_{i}():\n    return {i}\n")
                 subprocess.run(["git", "-C", clone, "add", args.staged_file], check=True)
             # ru_maxrss of children is a high-water mark over all children: measure each run in
             # a fresh interpreter so each figure is its own.
@@ -136,7 +138,8 @@ def main() -> int:
     if pycache is not None:
         shutil.rmtree(pycache, ignore_errors=True)
     shutil.rmtree(os.path.dirname(clone), ignore_errors=True)
-    rows["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0], "bytecode_cache": pycache is not None}
+    rows["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0], "bytecode_cache": pycache is not None,
+                       "load_average_1m_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)]}
     print(json.dumps(rows, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     return 0
