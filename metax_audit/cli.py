@@ -208,6 +208,7 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
         from metax_audit.inventory import exit_code, summary_line
         from metax_audit.outdir import default_output_dir, ensure_writable
         from metax_audit.pipeline import review as run_review
+        from metax_audit.pysource import frozen_heap
         from metax_audit.report import replace_file, write_reports_timed
 
         # Never inside the audited checkout by default; checked before the review, printed first.
@@ -216,7 +217,8 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
         result = run_review(options, _progress(), generate_waivers=generate_waivers is not None)
         report = result.report
         # the stated wall time is the real one: from the process's start to the last report rendered
-        report, written = write_reports_timed(report, out, formats, started)
+        with frozen_heap():  # the review's live objects need no more collecting
+            report, written = write_reports_timed(report, out, formats, started)
         if generate_waivers is not None and result.generated_waivers is not None:
             replace_file(generate_waivers, result.generated_waivers)
             written.append(generate_waivers)

@@ -102,7 +102,7 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
     same way and mark each finding new, changed or unchanged (and list the fixed ones)."""
     from metax_audit import baseline as baseline_mod
     from metax_audit import review_cache
-    from metax_audit.pysource import relaxed_gc
+    from metax_audit.pysource import frozen_heap, relaxed_gc
 
     progress = progress or QuietProgress()
     started = time.perf_counter()
@@ -113,10 +113,11 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
             progress.stage("baseline", rev)
             begun = time.perf_counter()
             base_options = baseline_mod.baseline_options(options, rev)
-            with relaxed_gc():  # the review's parses are still alive: a default collector rescans them
-                served = review_cache.served_revision(base_options, progress)
-            base = served or _review_one(base_options, progress, False).report
-            report = baseline_mod.compare_with(result.report, base, rev)
+            with frozen_heap():  # the review's parses are still alive: no collection needs to rescan them
+                with relaxed_gc():
+                    served = review_cache.served_revision(base_options, progress)
+                base = served or _review_one(base_options, progress, False).report
+                report = baseline_mod.compare_with(result.report, base, rev)
             info = report.baseline_info
             note = (f"{rev} {(base.snapshot.commit or '')[:12]}: {info['new']} new, {info['changed']} changed, "
                     f"{info['unchanged']} unchanged, {info['fixed']} fixed"
