@@ -374,9 +374,10 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:  # one that came before a command's guard was entered
-        _exit_now(_interrupted("metax-audit: interrupted"))
+        sys.exit(_interrupted("metax-audit: interrupted"))
     except SystemExit as done:  # how every command ends (typer's standalone mode)
-        if done.code is None or isinstance(done.code, int):
+        # under a profiler or tracer (cProfile, coverage) it writes its results once main() returns
+        if (done.code is None or isinstance(done.code, int)) and sys.getprofile() is None and sys.gettrace() is None:
             _exit_now(done.code or 0)
         raise
 

@@ -136,6 +136,10 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     from metax_audit.pysource import relaxed_gc
 
     started = time.perf_counter()
+    if options.stack is None:  # the kernel stack's identity keys the caches: asked while the snapshot is exported
+        from metax_audit.introspect import prefetch_sys_path
+
+        prefetch_sys_path(options.python)
     mode, rev, mode_note = options.mode, options.rev, ""
     if mode is None:
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)

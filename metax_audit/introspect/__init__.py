@@ -4,11 +4,18 @@
 # the facts as JSON.
 from __future__ import annotations
 
-from metax_audit.introspect.cache import CachePlan, plan_cache, stack_cache_dir, stack_identity, stack_seen
+from metax_audit.introspect.cache import (
+    CachePlan,
+    plan_cache,
+    prefetch_sys_path,
+    stack_cache_dir,
+    stack_identity,
+    stack_seen,
+)
 from metax_audit.introspect.manifest import fact_from_json, load_manifest, write_manifest
 from metax_audit.introspect.process import Prestarted, prestart, worker_command
 from metax_audit.introspect.stage import introspect, stack_targets
 
-__all__ = ["CachePlan", "Prestarted", "fact_from_json", "introspect", "load_manifest", "plan_cache", "prestart",
+__all__ = ["CachePlan", "Prestarted", "fact_from_json", "introspect", "load_manifest", "plan_cache", "prefetch_sys_path", "prestart",
            "stack_cache_dir", "stack_identity", "stack_seen", "stack_targets", "worker_command",
            "write_manifest"]

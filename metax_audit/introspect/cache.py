@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,22 +131,49 @@ def _cache_keys(interpreter: str, targets: list[str], extra_path: Sequence[Path]
                  for d in (data, seen))
 
 
-_SYS_PATHS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[str, ...]] = {}
+_SysPathKey = tuple[str, tuple[tuple[str, str], ...]]
+_SYS_PATHS: dict[_SysPathKey, tuple[str, ...]] = {}
+_ASKING: dict[_SysPathKey, threading.Thread] = {}
+
+
+def _sys_path_key(interpreter: str) -> _SysPathKey:
+    return (interpreter, tuple(sorted(os.environ.items())))  # the worker inherits the environment
+
+
+def _ask_sys_path(interpreter: str, asked: _SysPathKey) -> None:
+    try:
+        with _sandbox() as (cwd, env):
+            done = subproc.run([*worker_command(interpreter), "--sys-path"], cwd=cwd, env=env, timeout=30)
+        _SYS_PATHS[asked] = tuple(str(p) for p in json.loads(done.stdout))
+    except (SubprocessError, ValueError, TypeError):
+        pass  # not kept: the next question asks again
+
+
+def prefetch_sys_path(python: str | None) -> None:
+    """Start asking the worker's sys.path (see _worker_sys_path) on a thread that only waits on the
+    subprocess, so the snapshot's export runs meanwhile; the first stack_identity or plan_cache
+    takes the answer."""
+    interpreter = python or sys.executable
+    asked = _sys_path_key(interpreter)
+    if asked not in _SYS_PATHS and asked not in _ASKING:
+        thread = threading.Thread(target=_ask_sys_path, args=(interpreter, asked), name="metax-audit-sys-path",
+                                  daemon=True)
+        _ASKING[asked] = thread
+        thread.start()
 
 
 def _worker_sys_path(interpreter: str) -> tuple[str, ...] | None:
     """sys.path as the worker sees it under `interpreter` (None when it cannot be run), asked once
     per process and environment: the result-cache key and the stack-cache plan of one review both
     need it (one subprocess, not two)."""
-    asked = (interpreter, tuple(sorted(os.environ.items())))  # the worker inherits the environment
+    asked = _sys_path_key(interpreter)
     if asked not in _SYS_PATHS:
-        try:
-            with _sandbox() as (cwd, env):
-                done = subproc.run([*worker_command(interpreter), "--sys-path"], cwd=cwd, env=env, timeout=30)
-            _SYS_PATHS[asked] = tuple(str(p) for p in json.loads(done.stdout))
-        except (SubprocessError, ValueError, TypeError):
-            return None
-    return _SYS_PATHS[asked]
+        thread = _ASKING.pop(asked, None)
+        if thread is not None:
+            thread.join()
+        if asked not in _SYS_PATHS:  # not prefetched, or that attempt failed: ask (again) here
+            _ask_sys_path(interpreter, asked)
+    return _SYS_PATHS.get(asked)
 
 
 def _path_entry_fingerprint(entry: Path, tops: list[str]) -> list[Any]:
