@@ -342,7 +342,7 @@ def snapshot(
                 snap = SnapshotInfo(mode, str(top), sha, False, tmp, rev, count, tuple(notes))
         yield snap
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        tempdirs.remove_soon(tmp)
 
 
 def default_mode(repo: Path | None) -> tuple[SnapshotMode, str | None, str]:

@@ -66,3 +66,25 @@ def reclaim(parent: Path | None = None) -> list[str]:
             shutil.rmtree(entry.path)
             removed.append(entry.name)
     return removed
+
+
+def remove_soon(path: Path) -> None:
+    """Take `path` (a make() directory) out of its place at once and delete it on a thread: the
+    name is gone when this returns, the files follow while the caller goes on (unlinking the
+    snapshot's ~600 files took 0.08-0.28 s on this disk, in the middle of a review). The thread
+    is not a daemon, so the process waits for it before it exits; a killed run's leftover is
+    reclaimed by the next run like any other (its name keeps the pid)."""
+    import threading
+
+    match = _NAME.match(path.name)
+    trash = path.with_name(f"{PREFIX}trash-{match.group(2)}-{path.name.rsplit('-', 1)[1]}") if match else None
+    try:
+        if trash is None:
+            raise OSError("not a make() directory")
+        os.rename(path, trash)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True},
+                     name="metax-audit-remove").start()
+
