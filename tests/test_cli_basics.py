@@ -82,3 +82,66 @@ def test_contracts_ship_inside_the_package() -> None:
     path = default_contracts_path()
     assert path.is_file(), "metax_audit/component-contracts.md must exist (a link to the top-level file)"
     assert "observation" in path.read_text(encoding="utf-8")
+
+
+PLAIN_REVIEWS = [
+    ["review"],
+    ["review", "--staged", "--upstream", "vllm==0.26.0", "--base", "vllm==0.25.0", "--python", "/opt/py/bin/python",
+     "--output-dir", "out", "--fail-on", "never", "--format", "json"],
+    ["review", "--rev", "v1.0", "--repo", "/r", "--stack", "s.json", "--config", "c.yaml", "--waivers", "w.yaml",
+     "--generate-waivers", "g.yaml", "--test", "pytest -q", "--probe", "--baseline", "main", "--no-cache",
+     "--new-only", "--format", "md,sarif", "--format", "junit", "port/a.py", "port/b/*.py"],
+    ["review", "--worktree", "--merge-base", "origin/main"],
+    ["review", "--installed", "--no-baseline", "--upstream", "", "--python", "py"],  # both exit 2: --upstream is empty
+]
+TYPER_ONLY = [
+    ["review", "--help"], ["--debug", "review"], ["review", "--format=json"], ["review", "-x"],
+    ["review", "--unknown"], ["review", "--rev"], ["review", "--rev", "-1"], ["review", "--", "a.py"],
+    ["review", "--format", "pdf"], ["trace", "all"],
+]
+
+
+def test_a_plain_review_command_line_reaches_review_as_typer_would_pass_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """main() parses a plain `review` command line itself (typer builds a pydantic adapter per option:
+    0.13 s a run): the arguments that reach the review equal typer's, and anything else goes to typer."""
+    import typer
+
+    from metax_audit import cli
+
+    seen: list[tuple[object, ...]] = []
+
+    def spy(*args: object, **kwargs: object) -> None:
+        seen.append((*args, sorted(kwargs.items())))
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(cli, "_review_and_render", spy)
+    for argv in PLAIN_REVIEWS:
+        r = runner.invoke(app, argv)
+        call = cli._plain_review_call(argv)
+        assert call is not None, argv
+        try:
+            cli._run_plain_review(call)
+        except SystemExit as done:
+            assert done.code == r.exit_code, (argv, r.output)
+        if r.exit_code == 0:
+            assert len(seen) == 2 and seen[0] == seen[1], argv
+        seen.clear()
+    for argv in TYPER_ONLY:
+        assert cli._plain_review_call(argv) is None, argv
+
+
+def test_main_takes_the_plain_path_without_pydantic(tmp_path: Path) -> None:
+    """The plain path is what the console script runs: a review command line that fails in review()
+    itself exits as typer's would (one line, exit 2) and never imported pydantic; an --opt=value
+    spelling goes through typer (which imports it) to the same end."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('PYDANTIC', 'pydantic' in sys.modules))\n"
+            "sys.argv = ['metax-audit', *sys.argv[1:]]\n"
+            "from metax_audit.cli import main\n"
+            "main()\n")
+    for flag, pydantic in ((["--fail-on", "sometimes"], False), (["--fail-on=sometimes"], True)):
+        out = subprocess.run([sys.executable, "-c", code, "review", "--repo", str(tmp_path), *flag],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert "--fail-on must be error, warning, info or never" in out.stderr and "Traceback" not in out.stderr
+        assert f"PYDANTIC {pydantic}" in out.stdout
