@@ -34,6 +34,7 @@ from metax_audit.progress import Progress, QuietProgress
 
 if TYPE_CHECKING:
     from metax_audit import introspect as introspect_mod
+    from metax_audit.checks.memo import FileMemo
     from metax_audit.contracts import Contracts
     from metax_audit.dataflow import LseFlow
     from metax_audit.incremental import CompareAhead
@@ -260,11 +261,15 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     contracts, dataflow = _start_dataflow(st, discovery, background)
     collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
-    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding.result)
+    from metax_audit.checks.memo import FileMemo
+
+    memo = FileMemo(discovery.root, enabled=not st.options.no_cache)  # per-file results of checks and triage
+    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding.result, memo)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
-    _triage(st, trace, comparison, upstream, facts)
+    _triage(st, trace, comparison, upstream, facts, memo)
+    memo.save()
     from metax_audit.contracts import probe_suggester
     from metax_audit.inventory import build_report, environment_summary
 
@@ -289,7 +294,7 @@ def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background,
 
 
 def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upstream: UpstreamInfo | None,
-            facts: StackFacts | None) -> None:
+            facts: StackFacts | None, memo: FileMemo | None = None) -> None:
     """One finding per root cause, and the differences the installed stack explains, before the inventory."""
     from metax_audit.triage import Counterparts, triage
 
@@ -432,7 +437,7 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
 
 def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, comparison: Comparison | None,
                   upstream: UpstreamInfo | None, collect_facts: Callable[[], StackFacts | None],
-                  binding: Callable[[], list[Finding]] = list) -> StackFacts | None:
+                  binding: Callable[[], list[Finding]] = list, memo: FileMemo | None = None) -> StackFacts | None:
     """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
     with st.run.stage("checks", st.progress) as notes:
         from metax_audit.checks import (
@@ -449,12 +454,12 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         up_calls = upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
         ops = op_table_for_review(discovery, st.config, upstream, facts)
-        found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops), *binding()]
+        found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo), *binding()]
         found += op_findings(discovery, st.config, upstream, facts, table=ops)
         found += check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
                                     counterparts=counterpart_paths(comparison.files) if comparison else None)
         st.run.findings = absorb_consequences([*st.run.findings, *found])
-        notes.append(f"{len(found)} findings")
+        notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None else ""))
         st.run.findings += check_inactive_paths(discovery, comparison, trace)  # counted with the report's files
     return facts
 

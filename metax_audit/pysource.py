@@ -615,20 +615,25 @@ def _guarded_lines(tree: ast.Module) -> set[int]:
 
 def imported_names(root: Path, paths: Sequence[str], packages: Sequence[str]) -> list[ImportedName]:
     """Absolute imports (module level and lazy) from the given top-level packages, in file order."""
-    tops = {p.replace("-", "_") for p in packages}
-    out: list[ImportedName] = []
-    for rel in paths:
-        tree = parse_file(str(root / rel))
-        if tree is None:
-            continue  # unparsable files are reported by discovery (MXA001)
-        guarded = _guarded_lines(tree)
-        for node in walk_nodes(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in tops:
-                for alias in node.names:
-                    if alias.name != "*":
-                        out.append(ImportedName(rel, node.lineno, node.module, alias.name, node.lineno in guarded))
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.split(".")[0] in tops:
-                        out.append(ImportedName(rel, node.lineno, alias.name, None, node.lineno in guarded))
+    out = [i for rel in paths for i in file_imported_names(root, rel, packages)]
     return sorted(out, key=lambda i: (i.path, i.line))
+
+
+def file_imported_names(root: Path, rel: str, packages: Sequence[str]) -> list[ImportedName]:
+    """imported_names of one file: a function of its path, its bytes and `packages` alone."""
+    tops = {p.replace("-", "_") for p in packages}
+    tree = parse_file(str(root / rel))
+    if tree is None:
+        return []  # unparsable files are reported by discovery (MXA001)
+    out: list[ImportedName] = []
+    guarded = _guarded_lines(tree)
+    for node in walk_nodes(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in tops:
+            for alias in node.names:
+                if alias.name != "*":
+                    out.append(ImportedName(rel, node.lineno, node.module, alias.name, node.lineno in guarded))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in tops:
+                    out.append(ImportedName(rel, node.lineno, alias.name, None, node.lineno in guarded))
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -72,6 +73,10 @@ def test_incremental_review_equals_full_review(committed_demo: Path, tmp_path: P
     assert "served from the result cache without a snapshot" in notes["baseline"]
     assert "compared during the trace" in notes["compare"]
     assert "without a snapshot" not in {s["name"]: s["note"] for s in full["stages"]}["baseline"]
+    # the checks' per-file work (checks/memo.py): the edited file's recomputed, every other file's reused
+    memo = re.search(r"per-file memo: (\d+) reused, (\d+) computed", notes["checks"])
+    assert memo is not None and int(memo[1]) > 0 and int(memo[2]) > 0, notes["checks"]
+    assert "per-file memo off" in {s["name"]: s["note"] for s in full["stages"]}["checks"]
     assert full["baseline"]["new"] + full["baseline"]["changed"] + full["baseline"]["fixed"] > 0  # the edit shows
     assert fast["baseline"] == full["baseline"]
     assert _as_compared(fast["findings"]) == _as_compared(full["findings"])

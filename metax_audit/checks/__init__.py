@@ -13,6 +13,7 @@ from metax_audit.checks.capabilities import check_capabilities, counterpart_path
 from metax_audit.checks.imports import absorb_consequences
 from metax_audit.checks.inactive_path import check_inactive_paths
 from metax_audit.checks.lse import check_dataflow
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.op_registrations import OpTable
 from metax_audit.checks.ops import op_findings, op_table_for_review
 from metax_audit.checks.upstream_calls import upstream_calls
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 # The checks the pipeline runs itself: inactive paths (over the comparison) and the judgement of
 # the dataflow stage's facts (run with it in the forked child).
-__all__ = ["absorb_consequences", "binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths",
+__all__ = ["FileMemo", "absorb_consequences", "binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths",
            "checks_for_review", "counterpart_paths", "dataflow_for_review", "op_findings", "op_table_for_review", "run_checks",
            "upstream_calls"]
 
@@ -38,14 +39,15 @@ def run_checks(
     *,
     upstream_calls: Sequence[CallSite] = (),
     vendor_ops: OpTable | None = None,
+    memo: FileMemo | None = None,
 ) -> Iterator[Finding]:
     """All stack checks in a fixed order: signature, kwargs-swallowed, import, graph-capture, claim."""
     yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls,
                                            vendor_ops=vendor_ops)
     yield from kwargs.check_kwargs(discovery.root, trace, facts)
-    yield from imports.check_imports(discovery, facts)
+    yield from imports.check_imports(discovery, facts, memo)
     yield from graph_capture.check_graph_capture(discovery, trace)
-    yield from claims.check_claims(discovery)
+    yield from claims.check_claims(discovery, memo)
 
 def checks_for_review(
     discovery: Discovery,
@@ -54,6 +56,7 @@ def checks_for_review(
     *,
     upstream_calls: Sequence[CallSite] = (),
     vendor_ops: OpTable | None = None,
+    memo: FileMemo | None = None,
 ) -> Iterator[Finding]:
     """The stack checks (signature, kwargs-swallowed, import, graph-capture, claim).
 
@@ -62,7 +65,7 @@ def checks_for_review(
     """
     if facts is None:
         facts = StackFacts(python="", captured_at="", host="", facts={}, source="none")
-    yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls, vendor_ops=vendor_ops)
+    yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls, vendor_ops=vendor_ops, memo=memo)
 
 
 def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable) -> list[Finding]:

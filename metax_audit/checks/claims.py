@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.stack import parse_file
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity
@@ -193,18 +194,26 @@ def _uses(tree: ast.Module) -> dict[str, list[int]]:
     return uses
 
 
-def check_claims(discovery: Discovery) -> Iterator[Finding]:
+def check_claims(discovery: Discovery, memo: FileMemo | None = None) -> Iterator[Finding]:
+    """Each file's claims are a function of its path and bytes alone: kept per file in `memo`."""
     for f in discovery.files:
         if f.parse_error is not None:
             continue
-        tree = parse_file(str(discovery.root / f.path))
-        if tree is None:
-            continue
-        source = (discovery.root / f.path).read_text(encoding="utf-8", errors="replace")
-        yield from _file_claims(f.path, source, tree, discovery.root)
+        full = discovery.root / f.path
+        if memo is None:
+            yield from _claims_of(f.path, full)
+        else:
+            yield from memo.get(f.path, ("claims",), lambda f=f, full=full: _claims_of(f.path, full))
 
 
-def _file_claims(path: str, source: str, tree: ast.Module, root: Path) -> Iterator[Finding]:
+def _claims_of(path: str, full: Path) -> list[Finding]:
+    tree = parse_file(str(full))
+    if tree is None:
+        return []
+    return list(_file_claims(path, full.read_text(encoding="utf-8", errors="replace"), tree))
+
+
+def _file_claims(path: str, source: str, tree: ast.Module) -> Iterator[Finding]:
     lines = source.splitlines()
     uses: dict[str, list[int]] | None = None
     stmts = _statements(tree)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.stack import build_note, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity, StackFacts
-from metax_audit.pysource import ImportedName, imported_names, walk_nodes
+from metax_audit.pysource import ImportedName, file_imported_names, imported_names, walk_nodes
 from metax_audit.trace.modules import ModuleInfo
 from metax_audit.trace.symbols import NameAnswer, Provider, Status, SymbolTable, absolute_module
 
@@ -21,13 +23,20 @@ rule("MXA121", Category.IMPORT, Severity.INFO, "imported name could not be check
      "Introspection could not import or read the package; this is not evidence the name is missing.")
 
 
-def check_imports(discovery: Discovery, facts: StackFacts) -> Iterator[Finding]:
-    """Check every port import whose target introspection has a fact for (see imported_names)."""
-    tops = {t.split(".")[0] for t in facts.facts}
+def check_imports(discovery: Discovery, facts: StackFacts, memo: FileMemo | None = None) -> Iterator[Finding]:
+    """Check every port import whose target introspection has a fact for (see imported_names; each
+    file's imports are a function of its bytes and the packages asked for: kept per file in `memo`)."""
+    tops = sorted({t.split(".")[0] for t in facts.facts})
     paths = [f.path for f in discovery.files if f.parse_error is None]
     unchecked: dict[str, list[ImportedName]] = {}
     missing: dict[str, list[ImportedName]] = {}
-    for imp in imported_names(discovery.root, paths, sorted(tops)):
+    if memo is None:
+        imports = imported_names(discovery.root, paths, tops)
+    else:
+        unit = ("imported-names", *tops)
+        imports = sorted((i for rel in paths for i in memo.get(rel, unit, partial(file_imported_names, discovery.root, rel, tops))),
+                         key=lambda i: (i.path, i.line))
+    for imp in imports:
         fact = facts.facts.get(imp.target)
         if fact is None:
             continue

@@ -1,0 +1,63 @@
+# Per-file memo of the checks' work that is a function of one port file's bytes (plus what each unit
+# names in its own key): a one-file change recomputes that file's part, the rest is read back.
+"""One pickle per port file under <cache>/results/checks-file, keyed by resultcache.key (the tool's
+identity, the file's repo-relative path and the sha256 of its bytes). The pickle holds a dict
+unit -> value; a unit is a tuple naming the computation and every other input it reads (the
+packages asked for, the upstream counterpart's path and digest...). Only computations whose whole
+input is that file and the unit's own key are kept here: checks that read the trace, the installed
+stack or other port files through the symbol table are not (see each caller).
+
+A review loads each file's record at most once (on first use) and writes back, once, the records
+that gained a unit (save()). With `enabled=False` (`--no-cache`) every unit is computed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from metax_audit import resultcache
+
+T = TypeVar("T")
+KIND = "checks-file"
+
+
+class FileMemo:
+    def __init__(self, root: Path, *, enabled: bool = True) -> None:
+        self.root = root
+        self.enabled = enabled
+        self._records: dict[str, dict[Hashable, Any]] = {}
+        self._entries: dict[str, str] = {}
+        self._dirty: set[str] = set()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, path: str, unit: tuple[Hashable, ...], compute: Callable[[], T]) -> T:
+        """compute(), or what it returned for this file's bytes and this unit before."""
+        if not self.enabled:
+            return compute()
+        record = self._record(path)
+        if unit in record:
+            self.hits += 1
+            return record[unit]  # type: ignore[no-any-return]
+        self.misses += 1
+        value = record[unit] = compute()
+        self._dirty.add(path)
+        return value
+
+    def _record(self, path: str) -> dict[Hashable, Any]:
+        record = self._records.get(path)
+        if record is None:
+            entry = self._entries[path] = resultcache.key(KIND, path, resultcache.file_digest(self.root / path))
+            loaded = resultcache.load(KIND, entry)
+            record = self._records[path] = loaded if isinstance(loaded, dict) else {}
+        return record
+
+    def save(self) -> None:
+        """Write the records that gained a unit in this review (each once)."""
+        for path in sorted(self._dirty):
+            resultcache.store(KIND, self._entries[path], self._records[path])
+        self._dirty.clear()
+
+    def describe(self) -> str:
+        return f"per-file memo: {self.hits} reused, {self.misses} computed" if self.enabled else "per-file memo off"
