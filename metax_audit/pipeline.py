@@ -459,7 +459,7 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         found += check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
                                     counterparts=counterpart_paths(comparison.files) if comparison else None)
         st.run.findings = absorb_consequences([*st.run.findings, *found])
-        notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None else ""))
+        notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None and memo.hits else ""))
         st.run.findings += check_inactive_paths(discovery, comparison, trace)  # counted with the report's files
     return facts
 

@@ -8,6 +8,7 @@ import re
 import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from metax_audit.checks.memo import FileMemo
@@ -203,7 +204,7 @@ def check_claims(discovery: Discovery, memo: FileMemo | None = None) -> Iterator
         if memo is None:
             yield from _claims_of(f.path, full)
         else:
-            yield from memo.get(f.path, ("claims",), lambda f=f, full=full: _claims_of(f.path, full))
+            yield from memo.get(f.path, ("claims",), partial(_claims_of, f.path, full))
 
 
 def _claims_of(path: str, full: Path) -> list[Finding]:

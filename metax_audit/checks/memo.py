@@ -60,4 +60,5 @@ class FileMemo:
         self._dirty.clear()
 
     def describe(self) -> str:
-        return f"per-file memo: {self.hits} reused, {self.misses} computed" if self.enabled else "per-file memo off"
+        """For the stage note, when something was read back ("" otherwise: a fresh review says nothing)."""
+        return f"per-file memo: {self.hits} reused, {self.misses} computed" if self.hits else ""
