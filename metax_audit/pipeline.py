@@ -301,7 +301,7 @@ def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upst
     counterparts = None
     if comparison is not None and upstream is not None and upstream.root is not None:
         counterparts = Counterparts(st.snap.root, upstream.root, upstream.version or "?",
-                                    {f.path: f.upstream_path for f in comparison.files if f.upstream_path})
+                                    {f.path: f.upstream_path for f in comparison.files if f.upstream_path}, memo)
     st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts)
 
 
@@ -455,9 +455,9 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         facts = collect_facts()
         ops = op_table_for_review(discovery, st.config, upstream, facts)
         found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo), *binding()]
-        found += op_findings(discovery, st.config, upstream, facts, table=ops)
+        found += op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
         found += check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
-                                    counterparts=counterpart_paths(comparison.files) if comparison else None)
+                                    counterparts=counterpart_paths(comparison.files) if comparison else None, memo=memo)
         st.run.findings = absorb_consequences([*st.run.findings, *found])
         notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None and memo.hits else ""))
         st.run.findings += check_inactive_paths(discovery, comparison, trace)  # counted with the report's files

@@ -6,11 +6,15 @@ import ast
 import functools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metax_audit.models import CallSite, Category, Finding, Severity, StackFacts
-from metax_audit.pysource import read_source_cached
+from metax_audit.pysource import read_source_cached, walk_nodes
+
+if TYPE_CHECKING:
+    from metax_audit.checks.memo import FileMemo
 
 # Evidence lines compare writes per hunk: "<path>:<line> [<kind>] <detail> -- <verdict>".
 MAY_CHANGE = "-- may change what a kernel computes or whether it runs"
@@ -205,18 +209,31 @@ class Counterparts:
     upstream_root: Path
     version: str
     files: dict[str, str]  # port path -> upstream path
+    # The answer for one line is a function of the two files' bytes: kept per port file.
+    memo: FileMemo | None = field(default=None, compare=False)
 
     def inherited(self, path: str, line: int, what: str = "") -> str:
         """Evidence that the statement at path:line is upstream's own, or ""."""
         up_path = self.files.get(path)
         if not up_path or not line:
             return ""
-        stmt = _statement_text(self.port_root, path, line)
-        up_text = _normalized(self.upstream_root, up_path)
-        if len(stmt) < 12 or up_text is None or stmt not in up_text[0]:
+        compute = functools.partial(_upstream_line, self.port_root, path, line, self.upstream_root, up_path)
+        if self.memo is None:
+            up_line = compute()
+        else:
+            up_line = self.memo.get(path, ("inherited", line, up_path, self.memo.digest(self.upstream_root / up_path)), compute)
+        if up_line is None:
             return ""
-        up_line = up_text[1][up_text[0].index(stmt)]
         return f"attribution: inherited from upstream {self.version}, {what or 'also present there'} ({up_path}:{up_line})"
+
+
+def _upstream_line(port_root: Path, path: str, line: int, upstream_root: Path, up_path: str) -> int | None:
+    """The upstream line where the statement at path:line appears verbatim (whitespace aside), or None."""
+    stmt = _statement_text(port_root, path, line)
+    up_text = _normalized(upstream_root, up_path)
+    if len(stmt) < 12 or up_text is None or stmt not in up_text[0]:
+        return None
+    return up_text[1][up_text[0].index(stmt)]
 
 
 def label_inherited(findings: Sequence[Finding], counterparts: Counterparts | None) -> list[Finding]:
@@ -252,7 +269,7 @@ def _simple_statements(tree: ast.Module) -> tuple[tuple[int, int], ...]:
     """(first, last) line of every non-compound statement, in ast.walk order: one walk per parsed file
     (the parse is shared and never mutated), not one per finding."""
     compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
-    return tuple((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree)
+    return tuple((n.lineno, n.end_lineno or n.lineno) for n in walk_nodes(tree)
                  if isinstance(n, ast.stmt) and not isinstance(n, compound))
 
 

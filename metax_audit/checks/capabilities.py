@@ -5,9 +5,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.stack import parse_file, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import BackendChain, Category, Discovery, Finding, Location, Severity, TraceResult
@@ -305,10 +307,16 @@ def _hop(chain: BackendChain, role: str) -> tuple[str, str] | None:
     return None
 
 
-def _upstream_tests(root: Path | None, path: str | None) -> set[str]:
+def _upstream_tests(root: Path | None, path: str | None, memo: FileMemo | None = None) -> set[str]:
     """The guard tests written in upstream's counterpart file (to tell an inherited limitation apart)."""
     if root is None or path is None:
         return set()
+    if memo is not None:
+        return memo.get(path, ("guard-tests",), partial(_guard_tests, root, path), root=root)
+    return _guard_tests(root, path)
+
+
+def _guard_tests(root: Path, path: str) -> set[str]:
     tree = parse_file(str(root / path))
     if tree is None:
         return set()
@@ -320,8 +328,9 @@ def _upstream_tests(root: Path | None, path: str | None) -> set[str]:
 
 
 def check_capabilities(discovery: Discovery, trace: TraceResult, *, upstream_root: Path | None = None,
-                       counterparts: dict[str, str] | None = None) -> Iterator[Finding]:
-    """One finding per (backend, advertised value, rejecting guard) on each traced backend's impl."""
+                       counterparts: dict[str, str] | None = None, memo: FileMemo | None = None) -> Iterator[Finding]:
+    """One finding per (backend, advertised value, rejecting guard) on each traced backend's impl. What is
+    read of upstream's files is kept per file in `memo`; the port side follows the trace's chains."""
     root = discovery.root
     seen: set[tuple[str, int, str]] = set()
     for chain in trace.backends:
@@ -334,7 +343,7 @@ def check_capabilities(discovery: Discovery, trace: TraceResult, *, upstream_roo
         claims = advertised(bcls)
         if not claims:
             continue
-        up_tests = _upstream_tests(upstream_root, (counterparts or {}).get(impl[0]))
+        up_tests = _upstream_tests(upstream_root, (counterparts or {}).get(impl[0]), memo)
         for guard in guards(icls):
             for adv in claims:
                 key = (impl[0], guard.line, f"{adv.capability}:{adv.value}")
@@ -343,7 +352,7 @@ def check_capabilities(discovery: Discovery, trace: TraceResult, *, upstream_roo
                     continue
                 seen.add(key)
                 yield _finding(root, chain, backend[0], impl[0], adv, guard, ast.unparse(guard.test) in up_tests)
-    yield from check_causal(discovery, trace, upstream_root=upstream_root, counterparts=counterparts or {})
+    yield from check_causal(discovery, trace, upstream_root=upstream_root, counterparts=counterparts or {}, memo=memo)
 
 
 def _non_causal(cls: ast.ClassDef) -> int | None:
@@ -358,12 +367,18 @@ def _non_causal(cls: ast.ClassDef) -> int | None:
 
 def _causal_calls(tree: ast.AST) -> list[tuple[str, str, int, str]]:
     """(method, callee as written, line of the keyword, causal value as written) of every call passing
-    causal=/is_causal=."""
-    out = []
-    for fn in walk_nodes(tree):
+    causal=/is_causal=, for each function holding it (ast.walk order, nested functions included)."""
+    nodes = walk_nodes(tree) if isinstance(tree, ast.Module) else tuple(ast.walk(tree))
+    lines = {n.lineno for n in nodes if isinstance(n, ast.Call) and any(kw.arg in {"causal", "is_causal"} for kw in n.keywords)}
+    out: list[tuple[str, str, int, str]] = []
+    for fn in nodes if lines else ():
         if not isinstance(fn, ast.FunctionDef):
             continue
-        for node in walk_nodes(fn):
+        # every node under a def lies within its lines (decorators included): skip the defs holding no such call
+        first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+        if not any(first <= line <= (fn.end_lineno or fn.lineno) for line in lines):
+            continue
+        for node in ast.walk(fn):
             if isinstance(node, ast.Call):
                 for kw in node.keywords:
                     if kw.arg in {"causal", "is_causal"}:
@@ -371,8 +386,13 @@ def _causal_calls(tree: ast.AST) -> list[tuple[str, str, int, str]]:
     return out
 
 
+def _file_causal_calls(root: Path, path: str) -> list[tuple[str, str, int, str]] | None:
+    tree = parse_file(str(root / path))
+    return None if tree is None else _causal_calls(tree)
+
+
 def check_causal(discovery: Discovery, trace: TraceResult, *, upstream_root: Path | None,
-                 counterparts: dict[str, str]) -> Iterator[Finding]:
+                 counterparts: dict[str, str], memo: FileMemo | None = None) -> Iterator[Finding]:
     """causal=True written where upstream's counterpart passes the request's flag, in a backend that
     advertises non-causal attention (MXA183)."""
     root = discovery.root
@@ -387,11 +407,14 @@ def check_causal(discovery: Discovery, trace: TraceResult, *, upstream_root: Pat
             hop = _hop(chain, role)
             cls = _class(root, *hop) if hop else None
             up_path = counterparts.get(hop[0]) if hop else None
-            up_tree = parse_file(str(upstream_root / up_path)) if up_path else None
-            if hop is None or cls is None or up_tree is None or up_path is None:
+            up_calls = None
+            if up_path:
+                compute = partial(_file_causal_calls, upstream_root, up_path)
+                up_calls = memo.get(up_path, ("causal-calls",), compute, root=upstream_root) if memo else compute()
+            if hop is None or cls is None or up_calls is None or up_path is None:
                 continue
             upstream: dict[tuple[str, str], list[tuple[int, str]]] = {}
-            for m, callee, ln, text in _causal_calls(up_tree):
+            for m, callee, ln, text in up_calls:
                 upstream.setdefault((m, callee), []).append((ln, text))
             for method, tail, ln, text in _causal_calls(cls):
                 theirs = upstream.get((method, tail), [])

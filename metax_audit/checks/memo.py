@@ -24,39 +24,45 @@ KIND = "checks-file"
 
 class FileMemo:
     def __init__(self, root: Path, *, enabled: bool = True) -> None:
-        self.root = root
+        self.root = root  # the snapshot; a unit may also be about a file of another tree (upstream's)
         self.enabled = enabled
-        self._records: dict[str, dict[Hashable, Any]] = {}
-        self._entries: dict[str, str] = {}
-        self._dirty: set[str] = set()
+        self._records: dict[Path, dict[Hashable, Any]] = {}
+        self._entries: dict[Path, str] = {}
+        self._digests: dict[Path, str] = {}
+        self._dirty: set[Path] = set()
         self.hits = 0
         self.misses = 0
 
-    def get(self, path: str, unit: tuple[Hashable, ...], compute: Callable[[], T]) -> T:
-        """compute(), or what it returned for this file's bytes and this unit before."""
+    def get(self, path: str, unit: tuple[Hashable, ...], compute: Callable[[], T], *, root: Path | None = None) -> T:
+        """compute(), or what it returned for the bytes of `path` (under `root`, default the snapshot)
+        and this unit before."""
         if not self.enabled:
             return compute()
-        record = self._record(path)
+        full = (root or self.root) / path
+        record = self._records.get(full)
+        if record is None:
+            entry = self._entries[full] = resultcache.key(KIND, path, self.digest(full))
+            loaded = resultcache.load(KIND, entry)
+            record = self._records[full] = loaded if isinstance(loaded, dict) else {}
         if unit in record:
             self.hits += 1
             return record[unit]  # type: ignore[no-any-return]
         self.misses += 1
         value = record[unit] = compute()
-        self._dirty.add(path)
+        self._dirty.add(full)
         return value
 
-    def _record(self, path: str) -> dict[Hashable, Any]:
-        record = self._records.get(path)
-        if record is None:
-            entry = self._entries[path] = resultcache.key(KIND, path, resultcache.file_digest(self.root / path))
-            loaded = resultcache.load(KIND, entry)
-            record = self._records[path] = loaded if isinstance(loaded, dict) else {}
-        return record
+    def digest(self, full: Path) -> str:
+        """sha256 of the file's bytes, read once per review (a unit names another file's this way)."""
+        found = self._digests.get(full)
+        if found is None:
+            found = self._digests[full] = resultcache.file_digest(full)
+        return found
 
     def save(self) -> None:
         """Write the records that gained a unit in this review (each once)."""
-        for path in sorted(self._dirty):
-            resultcache.store(KIND, self._entries[path], self._records[path])
+        for full in sorted(self._dirty):
+            resultcache.store(KIND, self._entries[full], self._records[full])
         self._dirty.clear()
 
     def describe(self) -> str:

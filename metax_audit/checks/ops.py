@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 import difflib
 from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
 
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.op_registrations import (
     _OP_STRING,
     OP_REFERENCING,
@@ -80,48 +82,55 @@ def _guards(tree: ast.Module) -> dict[int, str]:
     return out
 
 
-def op_uses(root: Path, paths: Iterable[str]) -> list[OpUse]:
-    uses: list[OpUse] = []
-    for rel in paths:
-        tree = parse_file(str(root / rel))
-        if tree is None:
-            continue
-        guards = _guards(tree)
-        inner: set[int] = set()  # ids of torch.ops.ns nodes that are part of a longer chain
-        found: list[tuple[ast.AST, tuple[str, str | None]]] = []
-        for node in walk_nodes(tree):
-            if isinstance(node, ast.Attribute):
-                hit = _torch_ops(node)
-                if hit is not None:
-                    found.append((node, hit))
-                    if isinstance(node.value, ast.Attribute):
-                        inner.add(id(node.value))
-            elif isinstance(node, ast.Call) and node.args and _tail(node.func) in OP_REFERENCING:
-                m = _OP_STRING.match(_str(node.args[0]) or "")
-                if m:
-                    inner.add(id(node.args[0]))
-                    uses.append(OpUse(rel, node.lineno, m.group(1), m.group(2), "op-call", guards.get(node.lineno, "")))
-            elif isinstance(node, ast.Call) and _tail(node.func) == "hasattr" and len(node.args) == 2:
-                hit = _torch_ops(node.args[0])
-                if hit is not None and hit[1] is None:  # hasattr(torch.ops.ns, "op") is the guard, not a use
-                    inner.add(id(node.args[0]))
-        for node in walk_nodes(tree):
-            if isinstance(node, ast.Constant) and id(node) not in inner:
-                m = _OP_STRING.match(_str(node) or "")
-                if m:
-                    uses.append(OpUse(rel, node.lineno, m.group(1), m.group(2), "string", guards.get(node.lineno, "")))
-        seen: set[tuple[int, str, str | None]] = set()
-        for node, (ns, op) in found:
-            if id(node) in inner:
-                continue
-            line = getattr(node, "lineno", 0)
-            if op is not None and op in {"default"}:
-                continue
-            key = (line, ns, op)
-            if key not in seen:
-                seen.add(key)
-                uses.append(OpUse(rel, line, ns, op, "torch.ops", guards.get(line, "")))
+def op_uses(root: Path, paths: Iterable[str], memo: FileMemo | None = None) -> list[OpUse]:
+    """Every op use of the files, in (path, line, namespace, name) order; each file's uses are a
+    function of its path and bytes alone (kept per file in `memo`)."""
+    uses = [u for rel in paths
+            for u in (memo.get(rel, ("op-uses",), partial(_file_op_uses, root, rel)) if memo else _file_op_uses(root, rel))]
     return sorted(uses, key=lambda u: (u.path, u.line, u.namespace, u.name or ""))
+
+
+def _file_op_uses(root: Path, rel: str) -> list[OpUse]:
+    tree = parse_file(str(root / rel))
+    if tree is None:
+        return []
+    uses: list[OpUse] = []
+    guards = _guards(tree)
+    inner: set[int] = set()  # ids of torch.ops.ns nodes that are part of a longer chain
+    found: list[tuple[ast.AST, tuple[str, str | None]]] = []
+    for node in walk_nodes(tree):
+        if isinstance(node, ast.Attribute):
+            hit = _torch_ops(node)
+            if hit is not None:
+                found.append((node, hit))
+                if isinstance(node.value, ast.Attribute):
+                    inner.add(id(node.value))
+        elif isinstance(node, ast.Call) and node.args and _tail(node.func) in OP_REFERENCING:
+            m = _OP_STRING.match(_str(node.args[0]) or "")
+            if m:
+                inner.add(id(node.args[0]))
+                uses.append(OpUse(rel, node.lineno, m.group(1), m.group(2), "op-call", guards.get(node.lineno, "")))
+        elif isinstance(node, ast.Call) and _tail(node.func) == "hasattr" and len(node.args) == 2:
+            hit = _torch_ops(node.args[0])
+            if hit is not None and hit[1] is None:  # hasattr(torch.ops.ns, "op") is the guard, not a use
+                inner.add(id(node.args[0]))
+    for node in walk_nodes(tree):
+        if isinstance(node, ast.Constant) and id(node) not in inner:
+            m = _OP_STRING.match(_str(node) or "")
+            if m:
+                uses.append(OpUse(rel, node.lineno, m.group(1), m.group(2), "string", guards.get(node.lineno, "")))
+    seen: set[tuple[int, str, str | None]] = set()
+    for node, (ns, op) in found:
+        if id(node) in inner:
+            continue
+        line = getattr(node, "lineno", 0)
+        if op is not None and op in {"default"}:
+            continue
+        key = (line, ns, op)
+        if key not in seen:
+            seen.add(key)
+            uses.append(OpUse(rel, line, ns, op, "torch.ops", guards.get(line, "")))
+    return uses
 
 
 # ---------------------------------------------------------------- the check
@@ -151,11 +160,11 @@ def _unknowable(table: OpTable, ns: str, op: str | None) -> str | None:
     return None
 
 
-def check_ops(discovery: Discovery, table: OpTable) -> Iterator[Finding]:
+def check_ops(discovery: Discovery, table: OpTable, memo: FileMemo | None = None) -> Iterator[Finding]:
     """One finding per op name in scope that no provider registers (or that could not be checked)."""
     paths = [f.path for f in discovery.files if f.parse_error is None]
     unchecked: dict[str, list[OpUse]] = {}
-    for use in op_uses(discovery.root, paths):
+    for use in op_uses(discovery.root, paths, memo):
         if use.namespace in TORCH_NAMESPACES:
             continue
         op = use.name
@@ -219,8 +228,8 @@ def op_table_for_review(discovery: Discovery, config: AuditConfig, upstream: Ups
 
 
 def op_findings(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,
-                facts: StackFacts | None, table: OpTable | None = None) -> list[Finding]:
+                facts: StackFacts | None, table: OpTable | None = None, memo: FileMemo | None = None) -> list[Finding]:
     """The op-name check as the review runs it: every provider read, then the uses in scope."""
     if table is None:
         table = op_table_for_review(discovery, config, upstream, facts)
-    return list(check_ops(discovery, table))
+    return list(check_ops(discovery, table, memo))
