@@ -2,13 +2,15 @@
 # with the branch a guard sits under and upstream's counterpart (an inherited guard is info).
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 from conftest import write_tree
 
 from metax_audit.checks.capabilities import check_capabilities
-from metax_audit.models import BackendChain, ChainHop, Discovery, Severity, SourceFile, TraceResult
+from metax_audit.checks.memo import FileMemo
+from metax_audit.models import BackendChain, ChainHop, Discovery, Finding, Severity, SourceFile, TraceResult
 
 BACKEND = '''
 class AttentionType:
@@ -99,10 +101,23 @@ def test_fp8_finding_names_each_advertised_value(tmp_path: Path) -> None:
     assert sorted(f.message.split("kv-cache dtype ")[1].split(",")[0] for f in found) == ["'fp8'", "'fp8_e4m3'"]
 
 
+def _memo_transparent(root: Path, run: Callable[[FileMemo | None], Iterable[Finding]]) -> list[Finding]:
+    """The findings without a memo, asserting that a cold and then a warm per-file memo (read back from
+    the cache, nothing recomputed) give the same."""
+    plain = list(run(None))
+    for _ in range(2):
+        memo = FileMemo(root)
+        assert list(run(memo)) == plain
+        memo.save()
+    assert memo.hits and not memo.misses
+    return plain
+
+
 def test_guard_inherited_from_upstream_is_info(tmp_path: Path) -> None:
     guard = CASES["sinks_raise"][0]
     disc, trace = _tree(tmp_path, guard, "        pass", upstream_guard=guard)
-    found = list(check_capabilities(disc, trace, upstream_root=tmp_path / "up", counterparts={"port/attn.py": "vllm/attn.py"}))
+    found = _memo_transparent(tmp_path, lambda memo: check_capabilities(
+        disc, trace, upstream_root=tmp_path / "up", counterparts={"port/attn.py": "vllm/attn.py"}, memo=memo))
     assert [(f.rule, f.severity) for f in found] == [("MXA182", Severity.INFO)]
 
 
@@ -147,8 +162,9 @@ def test_causal_flag_against_advertised_non_causal(tmp_path: Path, non_causal: s
         ChainHop("impl", "port.attn.MyImpl", "port/attn.py", at["MyImpl"]),
     ), (), ())
     disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"),), (), (), (), {})
-    found = list(check_capabilities(disc, TraceResult((chain,), ()), upstream_root=tmp_path / "up",
-                                    counterparts={"port/attn.py": "vllm/attn.py"}))
+    found = _memo_transparent(tmp_path, lambda memo: check_capabilities(
+        disc, TraceResult((chain,), ()), upstream_root=tmp_path / "up", counterparts={"port/attn.py": "vllm/attn.py"},
+        memo=memo))
     assert [f.rule for f in found] == expected
     if expected:
         assert found[0].severity is Severity.WARNING

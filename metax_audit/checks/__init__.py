@@ -46,7 +46,7 @@ def run_checks(
                                            vendor_ops=vendor_ops)
     yield from kwargs.check_kwargs(discovery.root, trace, facts)
     yield from imports.check_imports(discovery, facts, memo)
-    yield from graph_capture.check_graph_capture(discovery, trace)
+    yield from graph_capture.check_graph_capture(discovery, trace, memo)
     yield from claims.check_claims(discovery, memo)
 
 def checks_for_review(

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.stack import parse_file, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import BackendChain, Category, Discovery, Finding, Location, Severity, TraceResult
 from metax_audit.pysource import walk_nodes
+
+T = TypeVar("T")
 
 rule("MXA180", Category.CLAIM, Severity.ERROR, "advertised capability that the impl's constructor rejects",
      "The backend class tells vLLM's selector it supports a value (a kv-cache dtype in supported_kv_cache_dtypes, "
@@ -391,32 +393,43 @@ def _file_causal_calls(root: Path, path: str) -> list[tuple[str, str, int, str]]
     return None if tree is None else _causal_calls(tree)
 
 
+def _class_causal_calls(root: Path, path: str, qualname: str) -> list[tuple[str, str, int, str]] | None:
+    cls = _class(root, path, qualname)
+    return None if cls is None else _causal_calls(cls)
+
+
+def _class_non_causal(root: Path, path: str, qualname: str) -> int | None:
+    cls = _class(root, path, qualname)
+    return None if cls is None else _non_causal(cls)
+
+
 def check_causal(discovery: Discovery, trace: TraceResult, *, upstream_root: Path | None,
                  counterparts: dict[str, str], memo: FileMemo | None = None) -> Iterator[Finding]:
     """causal=True written where upstream's counterpart passes the request's flag, in a backend that
     advertises non-causal attention (MXA183)."""
     root = discovery.root
     seen: set[tuple[str, int]] = set()
+
+    def kept(path: str, unit: tuple[str, ...], compute: Callable[[], T], at: Path = root) -> T:
+        return memo.get(path, unit, compute, root=at) if memo else compute()
+
     for chain in trace.backends:
         backend = _hop(chain, "backend")
-        bcls = _class(root, *backend) if backend else None
-        line = _non_causal(bcls) if bcls is not None else None
+        line = kept(backend[0], ("non-causal", backend[1]), partial(_class_non_causal, root, *backend)) if backend else None
         if backend is None or line is None or upstream_root is None:
             continue
         for role in ("builder", "impl"):
             hop = _hop(chain, role)
-            cls = _class(root, *hop) if hop else None
+            calls = kept(hop[0], ("class-causal-calls", hop[1]), partial(_class_causal_calls, root, *hop)) if hop else None
             up_path = counterparts.get(hop[0]) if hop else None
-            up_calls = None
-            if up_path:
-                compute = partial(_file_causal_calls, upstream_root, up_path)
-                up_calls = memo.get(up_path, ("causal-calls",), compute, root=upstream_root) if memo else compute()
-            if hop is None or cls is None or up_calls is None or up_path is None:
+            up_calls = kept(up_path, ("causal-calls",), partial(_file_causal_calls, upstream_root, up_path), upstream_root) \
+                if up_path else None
+            if hop is None or calls is None or up_calls is None or up_path is None:
                 continue
             upstream: dict[tuple[str, str], list[tuple[int, str]]] = {}
             for m, callee, ln, text in up_calls:
                 upstream.setdefault((m, callee), []).append((ln, text))
-            for method, tail, ln, text in _causal_calls(cls):
+            for method, tail, ln, text in calls:
                 theirs = upstream.get((method, tail), [])
                 # upstream passes the request's flag to this very call, and never a literal True
                 if text != "True" or not theirs or any(t in {"True", "False"} for _, t in theirs) or (hop[0], ln) in seen:

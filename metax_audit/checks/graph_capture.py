@@ -6,8 +6,10 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.stack import parse_file, source_line
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import BackendChain, Category, Discovery, Finding, Location, Severity, TraceResult
@@ -139,13 +141,16 @@ def _functions(backend: BackendChain, discovery: Discovery, trace: TraceResult) 
     return out
 
 
-def check_graph_capture(discovery: Discovery, trace: TraceResult) -> Iterator[Finding]:
+def check_graph_capture(discovery: Discovery, trace: TraceResult, memo: FileMemo | None = None) -> Iterator[Finding]:
+    """The functions come from the trace; what one function does (_scan) is a function of its file's
+    bytes and its place there, kept per file in `memo`."""
     seen: set[tuple[str, int, str]] = set()
     for backend in trace.backends:
         if not capturable(backend.capture_support):
             continue
         for path, qualname, func in _functions(backend, discovery, trace):
-            for hit in _scan(func):
+            place = ("capture-scan", getattr(func, "lineno", 0), getattr(func, "col_offset", 0), getattr(func, "name", ""))
+            for hit in memo.get(path, place, partial(_scan, func)) if memo else _scan(func):
                 key = (path, hit.line, hit.rule)
                 branch = hit.branch.lower()
                 if key in seen or any(w in branch for w in _CAPTURE_AWARE):
