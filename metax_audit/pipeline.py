@@ -257,7 +257,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     symbols = _symbols(st, upstream, base)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     stand_ins = _stack_pins_stage(st)
-    binding = background.fork(partial(_binding_checks, discovery, trace, symbols))  # beside compare
+    binding = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache))  # beside compare
     contracts, dataflow = _start_dataflow(st, discovery, background)
     collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
@@ -370,10 +370,10 @@ def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | No
                              base_root=base.root if base else None, base_version=base.version if base else None)
 
 
-def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable) -> list[Finding]:
+def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, use_cache: bool = False) -> list[Finding]:
     from metax_audit.checks import binding_checks
 
-    return binding_checks(discovery, trace, symbols)
+    return binding_checks(discovery, trace, symbols, use_cache=use_cache)
 
 
 def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, symbols: SymbolTable | None = None,

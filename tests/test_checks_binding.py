@@ -58,7 +58,11 @@ def _run(tmp_path: Path, source: str, extra: dict[str, str] | None = None) -> li
     config = AuditConfig(port_package="port", upstream_package="up")
     symbols = SymbolTable.build(port, "port", up, "up", upstream_version="2.0", base_root=base, base_version="1.0")
     trace = trace_backends(d, config, up, symbols)
-    return binding_checks(d, trace, symbols)
+    found = binding_checks(d, trace, symbols)
+    # the per-file memo (cold, then read back) changes nothing
+    assert binding_checks(d, trace, symbols, use_cache=True) == found
+    assert binding_checks(d, trace, symbols, use_cache=True) == found
+    return found
 
 
 @dataclass(frozen=True)
@@ -126,3 +130,15 @@ def test_one_finding_per_attribute_lists_every_read(tmp_path: Path) -> None:
     assert f.location.line == 6 and "2 read(s)" in f.message
     assert sum(e.startswith("read: ") for e in f.evidence) == 2
     assert any("upstream:up.base.UpBase" in e for e in f.evidence)  # the upstream base was read
+
+
+def test_binding_checks_keep_each_files_reads_in_their_own_memo(tmp_path: Path) -> None:
+    """_run asserts equality with the memo cold and warm; here: what the warm run read back."""
+    import pickle
+
+    from metax_audit.resultcache import results_dir
+
+    _run(tmp_path, ATTRIBUTE_CASES[2].source)
+    units = {u[0] for f in (results_dir() / "binding-file").glob("*.pickle") for u in pickle.loads(f.read_bytes())}
+    assert units == {"import-sites", "type-checking-uses", "method-reads", "assigned", "stored-names"}
+    assert not (results_dir() / "checks-file").exists()  # the parent's records are another kind

@@ -68,17 +68,22 @@ def checks_for_review(
     yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls, vendor_ops=vendor_ops, memo=memo)
 
 
-def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable) -> list[Finding]:
+def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, *, use_cache: bool = False,
+                   ) -> list[Finding]:
     """Imports, attributes and call bindings of port code against port and upstream sources, asked of
     the review's one symbol table. Needs no stack facts (kernel imports and calls are the stack
-    checks' part), so the pipeline runs it beside compare and introspection."""
+    checks' part), so the pipeline runs it beside compare and introspection (in a process of its
+    own: its per-file memo is its own, under another kind)."""
     from metax_audit.checks.attributes import check_attributes
     from metax_audit.checks.binding import check_bindings
     from metax_audit.checks.imports import check_port_imports, check_type_checking_names
 
-    return [*check_port_imports(discovery, symbols), *check_type_checking_names(discovery, symbols),
-            *check_bindings(discovery.root, trace, symbols),
-            *check_attributes(discovery, symbols)]
+    memo = FileMemo(discovery.root, enabled=use_cache, kind="binding-file")
+    found = [*check_port_imports(discovery, symbols, memo), *check_type_checking_names(discovery, symbols, memo),
+             *check_bindings(discovery.root, trace, symbols),
+             *check_attributes(discovery, symbols, memo)]
+    memo.save()
+    return found
 
 
 def dataflow_for_review(discovery: Discovery, config: AuditConfig, contracts: Contracts | None,

@@ -6,8 +6,10 @@ import ast
 import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
-from metax_audit.checks.imports import READ, import_sites
+from metax_audit.checks.imports import READ, kept_import_sites, read_from
+from metax_audit.checks.memo import FileMemo
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity
 from metax_audit.pysource import walk_nodes
@@ -111,9 +113,11 @@ class _Read:
     text: str
 
 
-def check_attributes(discovery: Discovery, symbols: SymbolTable) -> Iterator[Finding]:
+def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> Iterator[Finding]:
+    """What each file reads and assigns is a function of its bytes (kept per file in `memo`); whether a
+    read resolves is asked of the symbol table along the classes and modules it names, every time."""
     a = _Attributes(symbols)
-    external_sets = _assigned_anywhere(discovery, symbols)
+    external_sets = _assigned_anywhere(discovery, symbols, memo)
     class_reads: dict[tuple[str, str], list[_Read]] = {}
     class_info: dict[str, tuple[Cls, list[str], bool]] = {}
     module_reads: dict[tuple[str, str], list[_Read]] = {}
@@ -125,17 +129,19 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable) -> Iterator[Fin
         if info is None:
             continue
         lines = info.source.splitlines()
-        for cls in _classes(info):
-            for _recv, recv_reads, super_reads in _methods(cls):
-                for node in recv_reads:
-                    class_reads.setdefault((cls.dotted, node.attr), []).append(
-                        _Read(cls.dotted, node.attr, sf.path, node.lineno, _line(lines, node.lineno)))
+        kept = memo is not None and read_from(info, sf.path)
+        per_class = memo.get(sf.path, ("method-reads",), partial(_method_reads, info)) if memo and kept else _method_reads(info)
+        for cls, methods in zip(_classes(info), per_class, strict=True):
+            for recv_reads, super_reads in methods:
+                for attr, line in recv_reads:
+                    class_reads.setdefault((cls.dotted, attr), []).append(
+                        _Read(cls.dotted, attr, sf.path, line, _line(lines, line)))
                     class_info.setdefault(cls.dotted, (cls, [], False))
-                for node in super_reads:
-                    key = (cls.dotted + " super()", node.attr)
-                    class_reads.setdefault(key, []).append(_Read(cls.dotted, node.attr, sf.path, node.lineno, _line(lines, node.lineno)))
+                for attr, line in super_reads:
+                    key = (cls.dotted + " super()", attr)
+                    class_reads.setdefault(key, []).append(_Read(cls.dotted, attr, sf.path, line, _line(lines, line)))
                     class_info.setdefault(cls.dotted + " super()", (cls, [], True))
-        for mod, attr, node in _module_reads(info, symbols):
+        for mod, attr, node in _module_reads(info, symbols, memo if kept else None):
             module_reads.setdefault((mod, attr), []).append(_Read(mod, attr, sf.path, node.lineno, _line(lines, node.lineno)))
             module_nodes.setdefault((mod, attr), []).append((info, node))
     for (owner, attr), reads in class_reads.items():
@@ -195,6 +201,15 @@ def _classes(info: ModuleInfo) -> Iterator[Cls]:
             yield Cls(f"{info.name}.{node.name}", info, node)
 
 
+_Places = list[tuple[str, int]]  # (attribute, line)
+
+
+def _method_reads(info: ModuleInfo) -> list[list[tuple[_Places, _Places]]]:
+    """For each class of the module (_classes' order), each method's receiver and super() reads."""
+    return [[([(n.attr, n.lineno) for n in reads], [(n.attr, n.lineno) for n in supers]) for _recv, reads, supers in _methods(cls)]
+            for cls in _classes(info)]
+
+
 def _methods(cls: Cls) -> Iterator[tuple[str, list[ast.Attribute], list[ast.Attribute]]]:
     """(receiver name, receiver.x reads, super().x reads) of each method with a receiver (self or cls).
 
@@ -231,44 +246,63 @@ def _methods(cls: Cls) -> Iterator[tuple[str, list[ast.Attribute], list[ast.Attr
         yield recv, [r for r in reads if r.attr not in guarded], supers
 
 
-def _assigned_anywhere(discovery: Discovery, symbols: SymbolTable) -> set[str]:
+def _assigned_anywhere(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> set[str]:
     """Attribute names the port's files in scope assign on any object: an instance attribute set
     from outside its class (a builder filling a metadata object) is defined for this check."""
     out: set[str] = set()
     swapped_to: set[str] = set()  # classes an object is switched to at runtime (`obj.__class__ = Sub`)
-    classes: dict[str, list[ast.ClassDef]] = {}
+    classes: dict[str, list[set[str]]] = {}
     for sf in discovery.files:
         info = symbols.index.module_for_path(sf.path) if sf.parse_error is None and sf.path.endswith(".py") else None
         if info is None:
             continue
-        for node in walk_nodes(info.tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                out.add(node.attr)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and len(node.args) >= 2:
-                arg = node.args[1]
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    out.add(arg.value)
-            elif isinstance(node, ast.ClassDef):
-                classes.setdefault(node.name, []).append(node)
-            elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets):
-                value = node.value
-                name = value.id if isinstance(value, ast.Name) else value.attr if isinstance(value, ast.Attribute) else None
-                if name:
-                    swapped_to.add(name)
+        kept = memo is not None and read_from(info, sf.path)
+        assigned, swapped, members = memo.get(sf.path, ("assigned",), partial(_assigned_in, info)) if memo and kept \
+            else _assigned_in(info)
+        out |= assigned
+        swapped_to |= swapped
+        for name, names in members:
+            classes.setdefault(name, []).append(names)
     # After `obj.__class__ = Sub` the object answers with Sub's methods: a read of a name only Sub
     # defines, written in the class it started as, is defined when it runs.
     for name in swapped_to:
-        for cls in classes.get(name, []):
-            out.update(n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
-            out.update(t.id for n in cls.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name))
+        for names in classes.get(name, []):
+            out |= names
     return out
 
 
-def _module_reads(info: ModuleInfo, symbols: SymbolTable) -> Iterator[tuple[str, str, ast.Attribute]]:
+def _assigned_in(info: ModuleInfo) -> tuple[set[str], set[str], list[tuple[str, set[str]]]]:
+    """One module's part of _assigned_anywhere: the attribute names it assigns, the class names it
+    switches objects to, and each class's method and assigned names."""
+    out: set[str] = set()
+    swapped_to: set[str] = set()
+    classes: list[tuple[str, set[str]]] = []
+    for node in walk_nodes(info.tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and len(node.args) >= 2:
+            arg = node.args[1]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                out.add(arg.value)
+        elif isinstance(node, ast.ClassDef):
+            members = {n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+            members |= {t.id for n in node.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+            classes.append((node.name, members))
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "__class__" for t in node.targets):
+            value = node.value
+            name = value.id if isinstance(value, ast.Name) else value.attr if isinstance(value, ast.Attribute) else None
+            if name:
+                swapped_to.add(name)
+    return out, swapped_to, classes
+
+
+def _module_reads(info: ModuleInfo, symbols: SymbolTable, memo: FileMemo | None = None,
+                  ) -> Iterator[tuple[str, str, ast.Attribute]]:
     """`alias.x` where alias is bound at module level only by an import of a port/upstream module
-    (not shadowed by a local of the enclosing function: the caller checks that for missing names)."""
+    (not shadowed by a local of the enclosing function: the caller checks that for missing names).
+    `memo` only when info was read from the snapshot file info.path."""
     bound: dict[str, list[str]] = {}
-    for site in import_sites(info, info.path):
+    for site in kept_import_sites(info, info.path, memo):
         if site.function:
             continue
         if site.name is None:  # `import a.b` binds a; `import a.b as c` binds c to a.b
@@ -276,7 +310,7 @@ def _module_reads(info: ModuleInfo, symbols: SymbolTable) -> Iterator[tuple[str,
         else:
             target = f"{site.module}.{site.name}"
         bound.setdefault(site.local, []).append(target)
-    stored = _stored_names(info)
+    stored = memo.get(info.path, ("stored-names",), partial(_stored_names, info)) if memo else _stored_names(info)
     modules: dict[str, str] = {}
     for local, targets in bound.items():
         if len(set(targets)) != 1 or local in stored or symbols.provider(targets[0]) not in (Provider.PORT, Provider.UPSTREAM):

@@ -172,6 +172,20 @@ def import_sites(info: ModuleInfo, path: str) -> list[ImportSite]:
     return out
 
 
+def read_from(info: ModuleInfo, path: str) -> bool:
+    """Whether the index read `info` from the snapshot file `path`: only then is what a per-file memo
+    keeps for `path` (under that file's digest) about `info`."""
+    return info.origin == "port" and info.path == path
+
+
+def kept_import_sites(info: ModuleInfo, path: str, memo: FileMemo | None) -> list[ImportSite]:
+    """import_sites of the snapshot file at `path`, kept per file in `memo` (a function of its bytes,
+    its module name and whether it is a package)."""
+    if memo is None or not read_from(info, path):
+        return import_sites(info, path)
+    return memo.get(path, ("import-sites", info.name, info.is_package), partial(import_sites, info, path))
+
+
 @dataclass(frozen=True)
 class BrokenImport:
     """One missing module or name, with every site that imports it and what fails with it."""
@@ -182,7 +196,7 @@ class BrokenImport:
     at_base: bool | None
 
 
-def broken_imports(discovery: Discovery, symbols: SymbolTable) -> list[BrokenImport]:
+def broken_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> list[BrokenImport]:
     """Imports of port and upstream modules in scope that do not resolve, grouped by root cause."""
     groups: dict[tuple[str, str | None], list[ImportSite]] = {}
     answers: dict[tuple[str, str | None], NameAnswer] = {}
@@ -194,7 +208,7 @@ def broken_imports(discovery: Discovery, symbols: SymbolTable) -> list[BrokenImp
         if info is None:
             continue
         infos[sf.path] = info
-        for site in import_sites(info, sf.path):
+        for site in kept_import_sites(info, sf.path, memo):
             if symbols.provider(site.module) not in (Provider.PORT, Provider.UPSTREAM):
                 continue  # kernel packages: MXA120 over introspection facts; others are not read
             key = _root_key(site, symbols)
@@ -280,8 +294,8 @@ def absorb_consequences(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if not (f.rule == "MXA054" and f"{f.location.path}:{f.location.line}" in lines)]
 
 
-def check_port_imports(discovery: Discovery, symbols: SymbolTable) -> Iterator[Finding]:
-    for broken in broken_imports(discovery, symbols):
+def check_port_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> Iterator[Finding]:
+    for broken in broken_imports(discovery, symbols, memo):
         yield _broken_finding(discovery.root, broken)
 
 
@@ -342,13 +356,22 @@ rule("MXA123", Category.IMPORT, Severity.ERROR, "a name imported only under if T
      "__future__ import.")
 
 
-def check_type_checking_names(discovery: Discovery, symbols: SymbolTable) -> Iterator[Finding]:
+def check_type_checking_names(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> Iterator[Finding]:
+    """Each file's findings are a function of its bytes (kept per file in `memo`)."""
     for sf in discovery.files:
         if sf.parse_error is not None or not sf.path.endswith(".py"):
             continue
         info = symbols.index.module_for_path(sf.path)
-        if info is not None:
+        if info is None:
+            continue
+        if memo is None or not read_from(info, sf.path):
             yield from _type_checking_uses(info, sf.path)
+        else:
+            yield from memo.get(sf.path, ("type-checking-uses",), partial(_type_checking_list, info, sf.path))
+
+
+def _type_checking_list(info: ModuleInfo, path: str) -> list[Finding]:
+    return list(_type_checking_uses(info, path))
 
 
 def _type_checking_uses(info: ModuleInfo, path: str) -> Iterator[Finding]:

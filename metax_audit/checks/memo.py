@@ -23,9 +23,12 @@ KIND = "checks-file"
 
 
 class FileMemo:
-    def __init__(self, root: Path, *, enabled: bool = True) -> None:
+    def __init__(self, root: Path, *, enabled: bool = True, kind: str = KIND) -> None:
         self.root = root  # the snapshot; a unit may also be about a file of another tree (upstream's)
         self.enabled = enabled
+        # A process of its own (the forked binding checks) keeps its records under another kind: two
+        # writers of one record would each drop the other's units.
+        self.kind = kind
         self._records: dict[Path, dict[Hashable, Any]] = {}
         self._entries: dict[Path, str] = {}
         self._digests: dict[Path, str] = {}
@@ -41,8 +44,8 @@ class FileMemo:
         full = (root or self.root) / path
         record = self._records.get(full)
         if record is None:
-            entry = self._entries[full] = resultcache.key(KIND, path, self.digest(full))
-            loaded = resultcache.load(KIND, entry)
+            entry = self._entries[full] = resultcache.key(self.kind, path, self.digest(full))
+            loaded = resultcache.load(self.kind, entry)
             record = self._records[full] = loaded if isinstance(loaded, dict) else {}
         if unit in record:
             self.hits += 1
@@ -62,7 +65,7 @@ class FileMemo:
     def save(self) -> None:
         """Write the records that gained a unit in this review (each once)."""
         for full in sorted(self._dirty):
-            resultcache.store(KIND, self._entries[full], self._records[full])
+            resultcache.store(self.kind, self._entries[full], self._records[full])
         self._dirty.clear()
 
     def describe(self) -> str:
