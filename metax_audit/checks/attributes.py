@@ -40,46 +40,22 @@ class _ClassFacts:
 
 
 class _Attributes:
-    def __init__(self, symbols: SymbolTable) -> None:
+    def __init__(self, symbols: SymbolTable, memo: FileMemo | None = None) -> None:
         self.s = symbols
         self.r = symbols.resolver
+        self.memo = memo
         self._own: dict[int, _ClassFacts] = {}
 
     def own(self, cls: Cls) -> _ClassFacts:
-        """What one class body (and its methods) defines."""
+        """What one class body (and its methods) defines: a function of its file's bytes and its place
+        there (kept per file in the memo for a class of the snapshot)."""
         key = id(cls.node)
         got = self._own.get(key)
-        if got is not None:
-            return got
-        names: set[str] = set()
-        dynamic = ""
-        for item in cls.node.body:
-            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                names.add(item.name)
-                if item.name in _DYNAMIC_HOOKS:
-                    dynamic = f"{cls.dotted} defines {item.name}"
-            for node in ast.walk(item) if not isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else ():
-                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                    names.add(node.id)
-            if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in item.targets):
-                for elt in ast.walk(item.value):
-                    if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
-                        names.add(elt.value)
-        for node in walk_nodes(cls.node):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
-                names.add(node.attr)  # self.x = ..., cls.x = ..., other.x = ... (a sibling instance)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"setattr", "delattr"} and len(node.args) >= 2:
-                arg = node.args[1]
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    names.add(arg.value)
-                elif not dynamic:
-                    dynamic = f"{cls.info.path}:{node.lineno} sets attributes with a computed name"
-            elif isinstance(node, ast.Attribute) and node.attr == "__dict__" and not dynamic:
-                dynamic = f"{cls.info.path}:{node.lineno} reaches the instance __dict__"
-        if cls.node.keywords and not dynamic:
-            dynamic = f"{cls.dotted} has a metaclass or class keywords"
-        got = _ClassFacts(names, dynamic)
-        self._own[key] = got
+        if got is None:
+            node = cls.node
+            place = ("class-facts", cls.dotted, node.name, node.lineno, node.col_offset)
+            got = self._own[key] = self.memo.get(cls.info.path, place, partial(_own, cls)) \
+                if self.memo is not None and read_from(cls.info, cls.info.path) else _own(cls)
         return got
 
     def along(self, cls: Cls, skip_first: bool = False) -> tuple[set[str], str, list[str]]:
@@ -104,6 +80,38 @@ class _Attributes:
         return names, "", read
 
 
+def _own(cls: Cls) -> _ClassFacts:
+    """_Attributes.own, computed."""
+    names: set[str] = set()
+    dynamic = ""
+    for item in cls.node.body:
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(item.name)
+            if item.name in _DYNAMIC_HOOKS:
+                dynamic = f"{cls.dotted} defines {item.name}"
+        for node in ast.walk(item) if not isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else ():
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+        if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in item.targets):
+            for elt in ast.walk(item.value):
+                if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+                    names.add(elt.value)
+    for node in walk_nodes(cls.node):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.attr)  # self.x = ..., cls.x = ..., other.x = ... (a sibling instance)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"setattr", "delattr"} and len(node.args) >= 2:
+            arg = node.args[1]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names.add(arg.value)
+            elif not dynamic:
+                dynamic = f"{cls.info.path}:{node.lineno} sets attributes with a computed name"
+        elif isinstance(node, ast.Attribute) and node.attr == "__dict__" and not dynamic:
+            dynamic = f"{cls.info.path}:{node.lineno} reaches the instance __dict__"
+    if cls.node.keywords and not dynamic:
+        dynamic = f"{cls.dotted} has a metaclass or class keywords"
+    return _ClassFacts(names, dynamic)
+
+
 @dataclass(frozen=True)
 class _Read:
     owner: str  # class or module the attribute is looked up on
@@ -116,7 +124,7 @@ class _Read:
 def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> Iterator[Finding]:
     """What each file reads and assigns is a function of its bytes (kept per file in `memo`); whether a
     read resolves is asked of the symbol table along the classes and modules it names, every time."""
-    a = _Attributes(symbols)
+    a = _Attributes(symbols, memo)
     external_sets = _assigned_anywhere(discovery, symbols, memo)
     class_reads: dict[tuple[str, str], list[_Read]] = {}
     class_info: dict[str, tuple[Cls, list[str], bool]] = {}
