@@ -39,3 +39,11 @@ def test_disabled_memo_computes_everything_and_keeps_nothing(tmp_path: Path) -> 
     calls, memo = _review(tmp_path, ("u",), enabled=False)
     assert calls == ["a.py", "b.py"] and memo.describe() == ""
     assert _review(tmp_path, ("u",))[0] == ["a.py", "b.py"]
+
+
+def test_a_unit_asked_twice_in_one_review_is_computed_once_and_not_reused(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("x = 1\n")
+    memo = FileMemo(tmp_path)
+    calls: list[int] = []
+    assert [memo.get("a.py", ("u",), lambda: calls.append(1) or len(calls)) for _ in range(2)] == [1, 1]
+    assert calls == [1] and (memo.hits, memo.misses) == (0, 1) and memo.describe() == ""

@@ -33,8 +33,9 @@ class FileMemo:
         self._entries: dict[Path, str] = {}
         self._digests: dict[Path, str] = {}
         self._dirty: set[Path] = set()
-        self.hits = 0
-        self.misses = 0
+        self._fresh: set[tuple[Path, tuple[Hashable, ...]]] = set()
+        self.hits = 0  # units read back from the cache
+        self.misses = 0  # units computed in this review
 
     def get(self, path: str, unit: tuple[Hashable, ...], compute: Callable[[], T], *, root: Path | None = None) -> T:
         """compute(), or what it returned for the bytes of `path` (under `root`, default the snapshot)
@@ -48,10 +49,12 @@ class FileMemo:
             loaded = resultcache.load(self.kind, entry)
             record = self._records[full] = loaded if isinstance(loaded, dict) else {}
         if unit in record:
-            self.hits += 1
+            if (full, unit) not in self._fresh:  # asked again in this review is not "reused"
+                self.hits += 1
             return record[unit]  # type: ignore[no-any-return]
         self.misses += 1
         value = record[unit] = compute()
+        self._fresh.add((full, unit))
         self._dirty.add(full)
         return value
 
