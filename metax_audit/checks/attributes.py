@@ -129,7 +129,7 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
     class_reads: dict[tuple[str, str], list[_Read]] = {}
     class_info: dict[str, tuple[Cls, list[str], bool]] = {}
     module_reads: dict[tuple[str, str], list[_Read]] = {}
-    module_nodes: dict[tuple[str, str], list[tuple[ModuleInfo, ast.Attribute]]] = {}
+    module_nodes: dict[tuple[str, str], list[tuple[ModuleInfo, str, int, int]]] = {}
     for sf in discovery.files:
         if sf.parse_error is not None or not sf.path.endswith(".py"):
             continue
@@ -149,9 +149,9 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
                     key = (cls.dotted + " super()", attr)
                     class_reads.setdefault(key, []).append(_Read(cls.dotted, attr, sf.path, line, _line(lines, line)))
                     class_info.setdefault(cls.dotted + " super()", (cls, [], True))
-        for mod, attr, node in _module_reads(info, symbols, memo if kept else None):
-            module_reads.setdefault((mod, attr), []).append(_Read(mod, attr, sf.path, node.lineno, _line(lines, node.lineno)))
-            module_nodes.setdefault((mod, attr), []).append((info, node))
+        for mod, attr, (alias, _, line, col) in _module_reads(info, symbols, memo if kept else None):
+            module_reads.setdefault((mod, attr), []).append(_Read(mod, attr, sf.path, line, _line(lines, line)))
+            module_nodes.setdefault((mod, attr), []).append((info, alias, line, col))
     for (owner, attr), reads in class_reads.items():
         if attr.startswith("__") or attr in external_sets:
             continue
@@ -175,17 +175,17 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
 
 
 def _module_findings(module_reads: dict[tuple[str, str], list[_Read]],
-                     module_nodes: dict[tuple[str, str], list[tuple[ModuleInfo, ast.Attribute]]],
+                     module_nodes: dict[tuple[str, str], list[tuple[ModuleInfo, str, int, int]]],
                      symbols: SymbolTable) -> Iterator[Finding]:
     """MXA126: reads of a module attribute the module does not define (outside function locals)."""
     for (mod, attr), reads in module_reads.items():
         if symbols.lookup_import(mod, attr).status is not Status.MISSING_NAME:
             continue
         info = symbols.index.get(mod)
-        live = [(i, n) for i, n in module_nodes[(mod, attr)] if id(n.value) not in _function_locals(i, n.value.id)]  # type: ignore[attr-defined]
+        live = [line for i, alias, line, col in module_nodes[(mod, attr)] if (line, col) not in _function_locals(i, alias)]
         if info is None or not live:
             continue
-        reads = [r for r in reads if any(n.lineno == r.line for _, n in live)]
+        reads = [r for r in reads if r.line in live]
         provider = symbols.provider(mod)
         label = symbols.label(provider)
         near = difflib.get_close_matches(attr, [n for n in symbols.module_names(info) if not n.startswith("__")], n=3, cutoff=0.6)
@@ -304,8 +304,11 @@ def _assigned_in(info: ModuleInfo) -> tuple[set[str], set[str], list[tuple[str, 
     return out, swapped_to, classes
 
 
+_Load = tuple[str, str, int, int]  # `name.attr` read: name, attr, line, column of the name
+
+
 def _module_reads(info: ModuleInfo, symbols: SymbolTable, memo: FileMemo | None = None,
-                  ) -> Iterator[tuple[str, str, ast.Attribute]]:
+                  ) -> Iterator[tuple[str, str, _Load]]:
     """`alias.x` where alias is bound at module level only by an import of a port/upstream module
     (not shadowed by a local of the enclosing function: the caller checks that for missing names).
     `memo` only when info was read from the snapshot file info.path."""
@@ -327,11 +330,16 @@ def _module_reads(info: ModuleInfo, symbols: SymbolTable, memo: FileMemo | None 
             modules[local] = targets[0]
     if not modules:
         return
-    for node in walk_nodes(info.tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name):
-            mod = modules.get(node.value.id)
-            if mod is not None:
-                yield mod, node.attr, node
+    for load in memo.get(info.path, ("attribute-loads",), partial(_attribute_loads, info)) if memo else _attribute_loads(info):
+        mod = modules.get(load[0])
+        if mod is not None:
+            yield mod, load[1], load
+
+
+def _attribute_loads(info: ModuleInfo) -> list[_Load]:
+    """Every `name.attr` read of the module, in walk order."""
+    return [(node.value.id, node.attr, node.lineno, node.value.col_offset) for node in walk_nodes(info.tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name)]
 
 
 def _stored_names(info: ModuleInfo) -> set[str]:
@@ -345,9 +353,10 @@ def _stored_names(info: ModuleInfo) -> set[str]:
     return out
 
 
-def _function_locals(info: ModuleInfo, name: str) -> set[int]:
-    """ids of Name nodes `name` inside functions that bind it locally (params, imports, stores)."""
-    out: set[int] = set()
+def _function_locals(info: ModuleInfo, name: str) -> set[tuple[int, int]]:
+    """(line, column) of the Name nodes `name` inside functions that bind it locally (params, imports,
+    stores): two Name nodes never start at one place."""
+    out: set[tuple[int, int]] = set()
     for fn in walk_nodes(info.tree):
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             continue
@@ -358,5 +367,5 @@ def _function_locals(info: ModuleInfo, name: str) -> set[int]:
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 local.add(n.id)
         if name in local:
-            out |= {id(n) for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name}
+            out |= {(n.lineno, n.col_offset) for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name}
     return out
