@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.models import CallSite, Category, Finding, Severity, StackFacts
-from metax_audit.pysource import read_source_cached, walk_nodes
+from metax_audit.pysource import cached_text, read_source_cached, walk_nodes
 
 if TYPE_CHECKING:
     from metax_audit.checks.memo import FileMemo
@@ -274,9 +274,16 @@ def _simple_statements(tree: ast.Module) -> tuple[tuple[int, int], ...]:
 
 
 def _normalized(root: Path, path: str) -> tuple[str, list[int]] | None:
-    """The file's text with whitespace runs collapsed, and the source line of every character."""
-    src = read_source_cached((root / path).parent, Path(path).name, 5_000_000)
-    return None if src.text is None else _collapsed(src.text)
+    """The file's text with whitespace runs collapsed, and the source line of every character (the
+    text read_source_cached gives, without parsing the upstream file for it)."""
+    full = root / path
+    try:
+        if full.stat().st_size > 5_000_000:
+            return None
+        text = cached_text(full)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _collapsed(text)
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from metax_audit.checks.kwargs import check_kwargs
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.signatures import check_signatures
 from metax_audit.models import CallableFact, CallArg, CallSite, Location, ParamFact, Severity, StackFacts, TraceResult
 
@@ -248,6 +249,12 @@ def test_positional_shift_judged_by_the_ops_schema_the_port_registers(registered
     [finding] = check_signatures(tmp_path, TraceResult((), (), calls=(call,)), facts, upstream_calls=upstream,
                                  vendor_ops=table)
     assert finding.rule == "MXA105" and finding.severity is severity
+    for _ in range(2):  # what the wrapper forwards, kept per file: cold, then read back
+        memo = FileMemo(tmp_path)
+        assert list(check_signatures(tmp_path, TraceResult((), (), calls=(call,)), facts, upstream_calls=upstream,
+                                     vendor_ops=table, memo=memo)) == [finding]
+        memo.save()
+    assert (memo.hits, memo.misses) == (1, 0)
     if severity is Severity.INFO:
         assert any(e.startswith("port registers _C_cache_ops::gather at csrc/bindings.cpp:2: gather(") for e in finding.evidence)
         assert any("chunk.seq_lens -> seq_lens (same name)" in e for e in finding.evidence)

@@ -43,7 +43,7 @@ def run_checks(
 ) -> Iterator[Finding]:
     """All stack checks in a fixed order: signature, kwargs-swallowed, import, graph-capture, claim."""
     yield from signatures.check_signatures(discovery.root, trace, facts, upstream_calls=upstream_calls,
-                                           vendor_ops=vendor_ops)
+                                           vendor_ops=vendor_ops, memo=memo)
     yield from kwargs.check_kwargs(discovery.root, trace, facts)
     yield from imports.check_imports(discovery, facts, memo)
     yield from graph_capture.check_graph_capture(discovery, trace, memo)

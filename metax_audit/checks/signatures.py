@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
+from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.op_registrations import OpTable
 from metax_audit.checks.passthrough import ForwardedOp, VendorSchema, forwarded_op, tail_name, vendor_schema
 from metax_audit.checks.stack import build_note, call_text, checked_calls, installed_text, usable
@@ -154,7 +156,9 @@ def check_signatures(
     *,
     upstream_calls: Sequence[CallSite] = (),
     vendor_ops: OpTable | None = None,
+    memo: FileMemo | None = None,
 ) -> Iterator[Finding]:
+    """`memo` keeps what an installed wrapper's source forwards (passthrough.forwarded_op) per file."""
     not_checked: dict[str, list[CallSite]] = {}
     stand_in_keywords: dict[tuple[str, str], list[Finding]] = {}
     for call in checked_calls(trace):
@@ -198,7 +202,7 @@ def check_signatures(
             yield make_finding("MXA103", _loc(call, param.name),
                                f"{call.callee_text} does not pass {param.name!r}, required by installed {fact.target}", both,
                                severity=severity)
-        yield from _moved(call, b, fact, both, upstream_calls, vendor_ops)
+        yield from _moved(call, b, fact, both, upstream_calls, vendor_ops, memo)
     for (package, keyword), group in stand_in_keywords.items():
         yield _one_root_cause(package, keyword, group)
     for target, calls in not_checked.items():
@@ -240,7 +244,7 @@ def _upstream_match(call: CallSite, upstream_calls: Sequence[CallSite]) -> CallS
 
 
 def _vendor_landing(b: Binding, fact: CallableFact, vendor_ops: OpTable | None, moved: Sequence[CallArg],
-                    ) -> tuple[ForwardedOp, VendorSchema, list[str]] | None:
+                    memo: FileMemo | None = None) -> tuple[ForwardedOp, VendorSchema, list[str]] | None:
     """Where the call's values land when the installed callable forwards them by position to a torch op
     the port registers itself with other names: (the forwarding, the port's schema, one line per value).
     Only when every moved value named like an op parameter lands on exactly that parameter (and one
@@ -248,7 +252,8 @@ def _vendor_landing(b: Binding, fact: CallableFact, vendor_ops: OpTable | None, 
     wrapper forwards; otherwise the installed names are what counts."""
     if vendor_ops is None or fact.params is None:
         return None
-    forward = forwarded_op(fact)
+    forward = forwarded_op(fact) if memo is None or not fact.sourcefile or not Path(fact.sourcefile).is_absolute() else \
+        memo.get(fact.sourcefile, ("forwarded-op", fact.target, fact.line), partial(forwarded_op, fact), root=Path("/"))
     schema = vendor_schema(vendor_ops, forward.namespace, forward.op) if forward is not None else None
     if forward is None or schema is None or len(forward.forwarded) > len(schema.params) \
             or schema.params[:len(forward.forwarded)] == forward.forwarded:
@@ -269,7 +274,7 @@ def _vendor_landing(b: Binding, fact: CallableFact, vendor_ops: OpTable | None, 
 
 
 def _moved(call: CallSite, b: Binding, fact: CallableFact, both: tuple[str, ...], upstream_calls: Sequence[CallSite],
-           vendor_ops: OpTable | None = None) -> Iterator[Finding]:
+           vendor_ops: OpTable | None = None, memo: FileMemo | None = None) -> Iterator[Finding]:
     up = _upstream_match(call, upstream_calls)
     if up is None:
         return
@@ -303,7 +308,7 @@ def _moved(call: CallSite, b: Binding, fact: CallableFact, both: tuple[str, ...]
                 f"port positional count: {len(b.positional)}, upstream positional count: {len(up_pos)}"
                 + ("; the port's call follows an older signature of the installed callable" if stale else "")]
     message = f"{call.callee_text}: " + "; ".join(m for _, m in moved) + cause
-    vendor = _vendor_landing(b, fact, vendor_ops, [b.positional[i][0] for i, _ in moved])
+    vendor = _vendor_landing(b, fact, vendor_ops, [b.positional[i][0] for i, _ in moved], memo)
     if vendor is not None:
         forward, schema, lands = vendor
         yield make_finding("MXA105", _loc(call, f"pos{moved[0][0]}"),
