@@ -2,6 +2,7 @@
 # that the platform's config switch turns off on every run, so it never runs there and nothing validates it.
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 
@@ -45,8 +46,14 @@ _NONE_GUARD = re.compile(r"^\(?\s*[\w.]+ is not None\s*\)?$")
 
 def _tokens(text: str) -> list[str]:
     """snake_case, dotted and CamelCase text as lower-case words (MultiLevelCascade -> multi, level, cascade)."""
+    return list(_token_tuple(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _token_tuple(text: str) -> tuple[str, ...]:
+    """_tokens, once per text: every switch asks again of each difference and call branch of every file."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", " ", text)
-    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+    return tuple(w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w)
 
 
 def _feature_words(switch: ConfigSwitch) -> tuple[str, ...]:
@@ -75,7 +82,7 @@ def _unconditional(switch: ConfigSwitch) -> bool:
 
 def _mentions(text: str, words: tuple[str, ...]) -> bool:
     """The feature's words appear together, in order: `use_cascade` yes, `prefix_output` not for mm_prefix_lm."""
-    toks = _tokens(text)
+    toks = _token_tuple(text)
     n = len(words)
     return any(tuple(toks[i : i + n]) == words for i in range(len(toks) - n + 1))
 
