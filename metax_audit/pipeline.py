@@ -526,7 +526,7 @@ def _introspect(st: _Stages, discovery: Discovery, trace: TraceResult, upstream:
     config, options, run, progress = st.config, st.options, st.run, st.progress
     options = replace(options, static_roots=(st.snap.root, *((upstream.root,) if upstream and upstream.root else ()),
                                              *options.static_roots, *_kernel_source_roots(st)))
-    targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules)
+    targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules, use_cache=not options.no_cache)
     prestarted = background.prestarted
     if prestarted is not None and not targets:
         prestarted.discard()

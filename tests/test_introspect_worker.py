@@ -214,6 +214,28 @@ def test_stack_targets_adds_imported_kernel_names(tmp_path: Path) -> None:
     assert stack_targets(d, TraceResult((), ()), ["kern"]) == ["kern.decode._helper"]
 
 
+def test_stack_targets_keep_each_files_imports_under_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the cache, the targets equal a fresh read; an unchanged file is not read again, a changed one is."""
+    from metax_audit import pysource
+    from metax_audit.introspect import stack_targets
+    from metax_audit.models import Discovery, SourceFile, TraceResult
+
+    write_tree(tmp_path, {"port/a.py": "from kern.decode import _helper\nimport os\n",
+                          "port/b.py": "def f():\n    from kern import run, _x\n    import kern.ops\n"})
+    files = (SourceFile("port/a.py", "port.a", "glob"), SourceFile("port/b.py", "port.b", "glob"))
+    d = Discovery(tmp_path, "port", files, (), (), (), {})
+    fresh = stack_targets(d, TraceResult((), ()), ["kern"])
+    assert fresh == ["kern.decode._helper", "kern.run", "kern._x", "kern.ops"]
+    assert stack_targets(d, TraceResult((), ()), ["kern"], use_cache=True) == fresh
+    read: list[list[str]] = []
+    real = pysource.imported_names
+    monkeypatch.setattr(pysource, "imported_names", lambda root, paths, packages: read.append(list(paths)) or real(root, paths, packages))
+    assert stack_targets(d, TraceResult((), ()), ["kern"], use_cache=True) == fresh and read == []
+    (tmp_path / "port/a.py").write_text("from kern.decode import _helper, other\n")
+    assert stack_targets(d, TraceResult((), ()), ["kern"], use_cache=True) == [
+        "kern.decode._helper", "kern.decode.other", "kern.run", "kern._x", "kern.ops"] and read == [["port/a.py"]]
+
+
 def test_import_time_caches_go_to_a_throwaway_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site = write_tree(tmp_path / "site", {"cachepkg/__init__.py": (
         "import os, pathlib\n"
