@@ -454,13 +454,16 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         up_calls = upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
         ops = op_table_for_review(discovery, st.config, upstream, facts)
-        found = [*checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo), *binding()]
-        found += op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
-        found += check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
-                                    counterparts=counterpart_paths(comparison.files) if comparison else None, memo=memo)
+        stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
+        op_names = op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
+        capabilities = list(check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
+                                               counterparts=counterpart_paths(comparison.files) if comparison else None, memo=memo))
+        inactive = list(check_inactive_paths(discovery, comparison, trace))  # counted with the report's files
+        # The forked binding checks are waited for last, once the work above is done (same order of findings).
+        found = [*stack, *binding(), *op_names, *capabilities]
         st.run.findings = absorb_consequences([*st.run.findings, *found])
         notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None and memo.hits else ""))
-        st.run.findings += check_inactive_paths(discovery, comparison, trace)  # counted with the report's files
+        st.run.findings += inactive
     return facts
 
 
