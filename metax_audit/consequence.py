@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -305,7 +306,7 @@ def gate_of(stmts: Iterable[ast.AST], platform: VendorPlatform) -> str:
 def enclosing_gate(fn: ast.AST, lines: tuple[int, int], platform: VendorPlatform) -> str:
     """Evidence that port lines sit inside a branch the vendor never takes (or after an unconditional raise)."""
     first, last = lines
-    for node in ast.walk(fn):
+    for node in _walk_holding(fn, first, last):
         if not isinstance(node, ast.If):
             continue
         value = constant(node.test, platform)
@@ -315,6 +316,20 @@ def enclosing_gate(fn: ast.AST, lines: tuple[int, int], platform: VendorPlatform
         if dead and dead[0].lineno <= first and last <= (dead[-1].end_lineno or dead[-1].lineno):
             return f"inside `if {_short(ast.unparse(node.test))}` ({'else ' if value[0] else ''}never taken there: {value[1]})"
     return ""
+
+
+def _walk_holding(tree: ast.AST, first: int, last: int) -> Iterator[ast.AST]:
+    """ast.walk's order, leaving out the subtrees of nodes whose lines do not hold first..last: no
+    statement under such a node can (a statement lies within the lines of what holds it; a def's
+    decorators come before its line, but hold no statement)."""
+    todo = deque([tree])
+    while todo:
+        node = todo.popleft()
+        start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if start is not None and end is not None and not (start <= first and last <= end):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+        yield node
 
 
 def kernel_relevant(texts: Iterable[str]) -> str:
@@ -386,6 +401,8 @@ def fold(stmts: list[ast.stmt], platform: VendorPlatform) -> tuple[list[ast.stmt
             used.append(value[1])
             return node.body if value[0] else node.orelse
 
+    if not any(isinstance(n, ast.If | ast.IfExp) and constant(n.test, platform) is not None for st in stmts for n in ast.walk(st)):
+        return list(stmts), []  # nothing the platform answers: the statements as they are (callers only read them)
     import copy
 
     module = ast.Module(body=copy.deepcopy(stmts), type_ignores=[])
