@@ -110,3 +110,7 @@ def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Pa
     (pkg / "user.py").write_text("def forward():\n    pass\n")
     third = compare_dependencies(tmp_path, AuditConfig(), paths)
     assert all(third[p] != second[p] for p in paths[:3]) and third["vllm_metax/helper.py"] == first["vllm_metax/helper.py"]
+    # the functions a file defines are kept under its bytes: a new one is seen at once
+    (pkg / "helper.py").write_text("def only_here():\n    return 1\n\ndef forward():\n    return 2\n")
+    fourth = compare_dependencies(tmp_path, AuditConfig(), paths)
+    assert fourth["vllm_metax/helper.py"] != third["vllm_metax/helper.py"]
