@@ -120,22 +120,33 @@ def _reached_key(repo: str, package: str, paths: tuple[str, ...]) -> str:
 class CompareAhead:
     """The compare stage of the predicted widened discovery, computed in a forked child."""
 
-    def __init__(self, predicted: Discovery | None, child: Forked[_CompareResult] | None, remember: str | None) -> None:
+    def __init__(self, predicted: Discovery | None, child: Forked[_CompareResult] | None, remember: str | None,
+                 inputs: tuple[UpstreamInfo | None, UpstreamInfo | None] | None = None) -> None:
         self._predicted = predicted
         self._child = child
         self._remember = remember  # where the trace's reached files are kept for the next review
+        self.inputs = inputs  # the upstream and base releases the child compares with
         self.used = False  # whether take() gave the child's result
+        self.early = False  # started before discover (start_compare_early)
 
-    def take(self, widened: Discovery) -> _CompareResult | None:
-        """The child's result when `widened` (the trace's discovery) is what it compared, else None;
-        remembers the files this trace reached for the next review."""
+    def predicts(self, discovery: Discovery, inputs: tuple[UpstreamInfo | None, UpstreamInfo | None]) -> bool:
+        """Whether the child compares what the compare stage would with this discovery and these releases."""
+        return self._child is not None and self._predicted is not None and self.inputs == inputs \
+            and _compare_view(self._predicted) == _compare_view(discovery)
+
+    def take(self, widened: Discovery, upstream: UpstreamInfo | None = None, base: UpstreamInfo | None = None,
+             ) -> _CompareResult | None:
+        """The child's result when `widened` (the trace's discovery) and the releases are what it
+        compared, else None; remembers the files this trace reached (and the discovery) for the next review."""
         if self._remember is not None:
             reached = tuple(sorted(f.path for f in widened.files if f.reason == "reached-by-trace"))
             resultcache.store("reached", self._remember, reached)
+            resultcache.store("discovery", self._remember, (str(widened.root), widened))
         child, self._child = self._child, None
         if child is None:
             return None
-        if not child.started or widened != self._predicted:
+        if not child.started or self._predicted is None or _compare_view(widened) != _compare_view(self._predicted) \
+                or (self.inputs is not None and self.inputs != (upstream, base)):
             child.close()
             return None
         self.used = True
@@ -147,22 +158,63 @@ class CompareAhead:
             self._child = None
 
 
-def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_CompareResult]], discovery: Discovery,
-                  config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None, *, repo: str,
-                  paths: tuple[str, ...], use_cache: bool) -> CompareAhead:
-    """Start comparing the discovery widened by the files the last trace of this repository reached.
-    Nothing starts without the cache (--no-cache) or an upstream."""
-    if not use_cache or upstream is None:
-        return CompareAhead(None, None, None)
-    remember = _reached_key(repo, config.port_package, paths)
-    reached = resultcache.load("reached", remember)
-    if not isinstance(reached, tuple):
-        return CompareAhead(None, None, remember)
-    from metax_audit.discover import widen
+def _compare_view(discovery: Discovery) -> tuple[object, ...]:
+    """What of a discovery the compare stage reads (compare/stage.py and resultcache.cached_compare:
+    the snapshot root, each file's path, module, reason and parse problem, the registrations), so
+    two discoveries equal here compare the same; a file's line count (SourceFile.lines, for the
+    report's coverage) is not read there, and a one-file edit changes it."""
+    return (discovery.root, tuple((f.path, f.module, f.reason, f.problem) for f in discovery.files),
+            discovery.registrations)
 
-    predicted = widen(discovery, discovery.root, reached) if reached else discovery  # as the trace stage widens it
+
+def start_compare_early(fork: Callable[[Callable[[], _CompareResult]], Forked[_CompareResult]], root: Path,
+                        config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None, *, repo: str,
+                        paths: tuple[str, ...], use_cache: bool) -> CompareAhead | None:
+    """Start comparing, before discover runs, the discovery the last review of this repository ended
+    with (its trace's widened one), moved to this snapshot: a one-file change that adds no file and
+    no registration has the same discovery, and its compare then starts discover's time earlier.
+    start_compare keeps this child only when the discovery it predicts is exactly that one."""
+    if not use_cache or upstream is None:
+        return None
+    remember = _reached_key(repo, config.port_package, paths)
+    kept = resultcache.load("discovery", remember)
+    if not (isinstance(kept, tuple) and len(kept) == 2 and isinstance(kept[0], str)):
+        return None
+    predicted = resultcache.rebase(kept[1], kept[0], str(root))
 
     def work() -> _CompareResult:
         return resultcache.cached_compare(predicted, config, upstream, base, use_cache=True)
 
-    return CompareAhead(predicted, fork(work), remember)
+    ahead = CompareAhead(predicted, fork(work), remember, (upstream, base))
+    ahead.early = True
+    return ahead
+
+
+def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_CompareResult]], discovery: Discovery,
+                  config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None, *, repo: str,
+                  paths: tuple[str, ...], use_cache: bool, early: CompareAhead | None = None) -> CompareAhead:
+    """Start comparing the discovery widened by the files the last trace of this repository reached
+    (or keep the `early` child when it compares exactly that). Nothing starts without the cache
+    (--no-cache) or an upstream."""
+    if not use_cache or upstream is None:
+        if early is not None:
+            early.close()
+        return CompareAhead(None, None, None)
+    remember = _reached_key(repo, config.port_package, paths)
+    reached = resultcache.load("reached", remember)
+    if not isinstance(reached, tuple):
+        if early is not None:
+            early.close()
+        return CompareAhead(None, None, remember)
+    from metax_audit.discover import widen
+
+    predicted = widen(discovery, discovery.root, reached) if reached else discovery  # as the trace stage widens it
+    if early is not None:
+        if early.predicts(predicted, (upstream, base)):
+            return early
+        early.close()
+
+    def work() -> _CompareResult:
+        return resultcache.cached_compare(predicted, config, upstream, base, use_cache=True)
+
+    return CompareAhead(predicted, fork(work), remember, (upstream, base))

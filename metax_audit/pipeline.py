@@ -248,12 +248,14 @@ class _Background:
 
 
 def _audit_stages(st: _Stages, background: _Background, started: float) -> AuditReport:
+    from metax_audit.incremental import start_compare, start_compare_early
+
+    early = start_compare_early(background.fork, st.snap.root, st.config, *_early_releases(st), repo=st.snap.repo,
+                                paths=st.options.paths, use_cache=not st.options.no_cache)  # beside discover
     discovery = _discover_stage(st)
     upstream, base = _upstream_stage(st)
-    from metax_audit.incremental import start_compare
-
     ahead = start_compare(background.fork, discovery, st.config, upstream, base, repo=st.snap.repo,
-                          paths=st.options.paths, use_cache=not st.options.no_cache)  # on the other core during the trace
+                          paths=st.options.paths, use_cache=not st.options.no_cache, early=early)  # during the trace
     symbols = _symbols(st, upstream, base)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     stand_ins = _stack_pins_stage(st)
@@ -281,6 +283,20 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
         suggest_probe=probe_suggester(contracts),
     )
     return replace(report, dataflow=tuple(flows))
+
+
+def _early_releases(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | None]:
+    """The upstream and base releases for a compare started before discover (incremental.start_compare_early);
+    (None, None) when they cannot be had quietly: the upstream stage then says why."""
+    from metax_audit.review_cache import cacheable, upstream_and_base
+    from metax_audit.upstream import Commit
+
+    if not cacheable(st.options):
+        return None, None
+    try:
+        return upstream_and_base(st.config, st.options, st.progress, Commit(Path(st.snap.repo), st.snap.commit, st.snap.label))
+    except AuditError:
+        return None, None
 
 
 def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background,
@@ -426,12 +442,13 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
     with st.run.stage("compare", st.progress) as notes:
         from metax_audit.resultcache import cached_compare
 
-        comparison, compare_findings, recomputed = (ahead and ahead.take(discovery)) or cached_compare(
+        comparison, compare_findings, recomputed = (ahead and ahead.take(discovery, upstream, base)) or cached_compare(
             discovery, st.config, upstream, base, use_cache=not st.options.no_cache)
         st.run.findings += compare_findings
         notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences"
                      + (f"; {recomputed} recomputed, the rest from the per-file cache" if recomputed < len(comparison.files) else "")
-                     + ("; compared during the trace" if ahead and ahead.used else ""))
+                     + ("; compared during the trace" if ahead and ahead.used else "")
+                     + (" (started before discover)" if ahead and ahead.used and ahead.early else ""))
     return comparison
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.config import AuditConfig
-from metax_audit.models import AuditReport, SnapshotInfo, StageRecord
+from metax_audit.models import AuditReport, SnapshotInfo, StageRecord, UpstreamInfo
 from metax_audit.progress import Progress
 from metax_audit.upstream import Commit
 
@@ -31,13 +31,8 @@ def result_key(digest: str, config: AuditConfig, options: ReviewOptions, progres
     None when the stack cannot be identified."""
     from metax_audit import resultcache
     from metax_audit.introspect import stack_identity
-    from metax_audit.upstream import base_release, installed_upstream_available, resolve_upstream
 
-    spec = options.upstream or (config.upstream_package if installed_upstream_available(config.upstream_package) else None)
-    if spec is not None:
-        progress.stage("upstream", spec)  # resolved once here (a first download happens now), then instant
-    upstream = resolve_upstream(spec, package=config.upstream_package, cache_dir=options.cache_dir) if spec else None
-    base = base_release(commit, config, options, upstream)[0] if upstream else None
+    upstream, base = upstream_and_base(config, options, progress, commit)
     stack: str | None
     if options.stack is not None:
         stack = f"manifest:{resultcache.file_digest(options.stack)}"
@@ -48,6 +43,19 @@ def result_key(digest: str, config: AuditConfig, options: ReviewOptions, progres
     return resultcache.key("review", digest, resultcache.upstream_identity(upstream),
                            resultcache.upstream_identity(base),
                            resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack))
+
+
+def upstream_and_base(config: AuditConfig, options: ReviewOptions, progress: Progress, commit: Commit,
+                      ) -> tuple[UpstreamInfo | None, UpstreamInfo | None]:
+    """The upstream and base releases of a review, as its upstream stage finds them (resolved once, a
+    first download happens now, then instant)."""
+    from metax_audit.upstream import base_release, installed_upstream_available, resolve_upstream
+
+    spec = options.upstream or (config.upstream_package if installed_upstream_available(config.upstream_package) else None)
+    if spec is not None:
+        progress.stage("upstream", spec)
+    upstream = resolve_upstream(spec, package=config.upstream_package, cache_dir=options.cache_dir) if spec else None
+    return upstream, base_release(commit, config, options, upstream)[0] if upstream else None
 
 
 def served_from_cache(entry: str | None, snap: SnapshotInfo, stages_so_far: Sequence[StageRecord], started: float,

@@ -72,6 +72,9 @@ def test_incremental_review_equals_full_review(committed_demo: Path, tmp_path: P
     notes = {s["name"]: s["note"] for s in fast["stages"]}
     assert "served from the result cache without a snapshot" in notes["baseline"]
     assert "compared during the trace" in notes["compare"]
+    # none of the edits adds a file or moves a registration: the compare child started before discover
+    # on the discovery the last review ended with (incremental.start_compare_early)
+    assert "started before discover" in notes["compare"], notes["compare"]
     assert "without a snapshot" not in {s["name"]: s["note"] for s in full["stages"]}["baseline"]
     # the checks' per-file work (checks/memo.py): the edited file's recomputed, every other file's reused
     memo = re.search(r"per-file memo: (\d+) reused, (\d+) computed", notes["checks"])
