@@ -19,6 +19,7 @@ read or written is skipped silently: it only ever costs time."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
@@ -194,6 +195,20 @@ def _port_imports(root: Path, rel: str, package: str) -> list[list[str]]:
     return [[p, file_digest(root / p)] for p in sorted(out)]
 
 
+def _defined_functions(root: Path, max_bytes: int, path: str, tree: ast.Module | None) -> list[str]:
+    """compare.defined_functions kept under the file's bytes: walking every file's whole tree was most of
+    compare_dependencies' cost (0.1 s a review, in the compare child on a staged review's critical path)."""
+    from metax_audit.compare import defined_functions
+
+    entry = key("function-names", path, file_digest(root / path), max_bytes)
+    kept = load("function-names", entry)
+    if isinstance(kept, list):
+        return kept
+    names = defined_functions(path, tree)
+    store("function-names", entry, names)
+    return names
+
+
 def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
                    use_cache: bool = True) -> tuple[Comparison, list[Finding], int]:
     """compare.compare, with each file's result kept under a key of its bytes, its registrations,
@@ -209,7 +224,8 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         for path in {r.location.path, r.resolved_path or ""}:
             regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
     # A file's comparison also reads the platform file and where other port files name its functions.
-    deps = compare_dependencies(discovery.root, config, [f.path for f in discovery.files]) if use_cache else {}
+    deps = compare_dependencies(discovery.root, config, [f.path for f in discovery.files],
+                                functools.partial(_defined_functions, discovery.root, config.max_file_bytes)) if use_cache else {}
     keys = {f.path: key("compare-file", f.path, file_digest(discovery.root / f.path), f.parse_error, sorted(regs.get(f.path, [])),
                         deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, config.port_package))
             for f in discovery.files} if use_cache else {}

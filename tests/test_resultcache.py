@@ -110,7 +110,15 @@ def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Pa
     (pkg / "user.py").write_text("def forward():\n    pass\n")
     third = compare_dependencies(tmp_path, AuditConfig(), paths)
     assert all(third[p] != second[p] for p in paths[:3]) and third["vllm_metax/helper.py"] == first["vllm_metax/helper.py"]
-    # the functions a file defines are kept under its bytes: a new one is seen at once
+    # cached_compare keeps the functions a file defines under its bytes: the same digests, a new one seen at once
+    import functools
+
+    from metax_audit import resultcache
+
+    kept = functools.partial(resultcache._defined_functions, tmp_path, AuditConfig().max_file_bytes)
+    assert compare_dependencies(tmp_path, AuditConfig(), paths, kept) == third
+    assert compare_dependencies(tmp_path, AuditConfig(), paths, kept) == third  # now from the cache
     (pkg / "helper.py").write_text("def only_here():\n    return 1\n\ndef forward():\n    return 2\n")
-    fourth = compare_dependencies(tmp_path, AuditConfig(), paths)
+    fourth = compare_dependencies(tmp_path, AuditConfig(), paths, kept)
     assert fourth["vllm_metax/helper.py"] != third["vllm_metax/helper.py"]
+    assert fourth == compare_dependencies(tmp_path, AuditConfig(), paths)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from metax_audit.comments import Comment, CommentMap, iter_statements, read_comments
@@ -16,10 +16,13 @@ from metax_audit.consequence import port_imports
 from metax_audit.pysource import read_source_cached
 
 
-def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str]) -> dict[str, str]:
+def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str],
+                         function_names: Callable[[str, ast.Module | None], list[str]] | None = None) -> dict[str, str]:
     """What each file's comparison reads besides the file itself, as a digest per file: the platform file
     (the vendor's fixed answers) and which other port files name the functions the file defines (code the
-    port never calls is judged from them). The per-file result cache keys on it."""
+    port never calls is judged from them). The per-file result cache keys on it. `function_names` (path,
+    tree -> defined_functions) may answer from a cache."""
+    function_names = function_names or defined_functions
     platform = root / config.platform_path
     try:
         base = hashlib.sha1(platform.read_bytes() if platform.is_file() else b"-")
@@ -35,7 +38,7 @@ def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str]) 
     for path in paths:
         h = base.copy()
         src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
-        names = _defined_functions(root, path, src.tree, config.max_file_bytes)
+        names = function_names(path, src.tree)
         for name in names:
             if name not in naming:
                 naming[name] = hashlib.sha1("\n".join(sorted(refs.files_naming(name))).encode()).hexdigest()
@@ -51,19 +54,10 @@ def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str]) 
     return out
 
 
-def _defined_functions(root: Path, path: str, tree: ast.Module | None, max_bytes: int) -> list[str]:
-    """The names of every function a file defines, kept in the result cache under the file's bytes:
-    the walk of each file's whole tree was most of compare_dependencies (0.1 s a review, every file)."""
-    from metax_audit import resultcache
-
-    entry = resultcache.key("function-names", path, resultcache.file_digest(root / path), max_bytes)
-    kept = resultcache.load("function-names", entry)
-    if isinstance(kept, list):
-        return kept
-    names = sorted({n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}) \
+def defined_functions(path: str, tree: ast.Module | None) -> list[str]:
+    """The names of every function a file defines (sorted): a file's compare key reads who names them."""
+    return sorted({n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}) \
         if tree is not None else []
-    resultcache.store("function-names", entry, names)
-    return names
 
 
 def _port_names(side: _Side, package: str) -> frozenset[str]:
