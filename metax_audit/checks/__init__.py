@@ -87,9 +87,9 @@ def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTabl
 
 
 def dataflow_for_review(discovery: Discovery, config: AuditConfig, contracts: Contracts | None,
-                        ) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
+                        memo_common: list | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
     """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
     if contracts is None:
         return [], [], []
     files = [f.path for f in discovery.files if f.parse_error is None]
-    return check_dataflow(discovery.root, files, contracts, port_package=config.port_package)
+    return check_dataflow(discovery.root, files, contracts, port_package=config.port_package, memo_common=memo_common)

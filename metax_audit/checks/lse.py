@@ -96,8 +96,9 @@ def dataflow_findings(facts: DataflowFacts) -> list[Finding]:
 
 
 def check_dataflow(root: Path, files: Sequence[str], contracts: Contracts, *, port_package: str,
-                   ) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
+                   memo_common: list | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
     """The dataflow stage and its checks in one call: (every flow with its verdict, the findings,
-    the values the walk could not follow)."""
-    facts = follow(root, files, contracts, port_package=port_package)
+    the values the walk could not follow). With `memo_common` each file's walk is kept in the
+    dataflow memo (dataflow/memo.py)."""
+    facts = follow(root, files, contracts, port_package=port_package, memo_common=memo_common)
     return list(facts.flows), dataflow_findings(facts), list(facts.unresolved)

@@ -7,6 +7,7 @@ import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from metax_audit.contracts import Contracts, Convention
@@ -33,6 +34,16 @@ from metax_audit.models import Location, ProbeRequest, Unresolved
 
 
 @dataclass
+class UnitReads:
+    """What one file's walk read besides its own file: module files (entered or looked for) and the
+    searches by name over the scope (dynamic dispatch by method name, wrapper constructors by name)."""
+
+    files: set[str] = field(default_factory=set)
+    methods: set[str] = field(default_factory=set)
+    ctor_names: set[str] = field(default_factory=set)
+
+
+@dataclass
 class Recorder:
     """What the walk has seen so far, each fact once (the first visit of a place wins)."""
 
@@ -45,6 +56,20 @@ class Recorder:
 
     def add_unresolved(self, loc: Location, text: str, reason: str) -> None:
         self.unresolved.setdefault((loc.path, loc.line, text), Unresolved(loc, text, reason))
+
+    def merge(self, other: Recorder) -> None:
+        """Add what another walk saw after what this one saw (the first visit of a place still wins)."""
+        for key, flow in other.flows.items():
+            self.flows.setdefault(key, flow)
+        for ukey, u in other.unresolved.items():
+            self.unresolved.setdefault(ukey, u)
+        self.untraced |= other.untraced
+        for unpacking in other.unpackings:
+            self.unpackings.setdefault(unpacking, None)
+        for scale in other.scale_calls:
+            self.scale_calls.setdefault(scale, None)
+        for dkey, deep in other.too_deep.items():
+            self.too_deep.setdefault(dkey, deep)
 
     def add_too_deep(self, loc: Location, text: str) -> None:
         self.too_deep.setdefault((loc.path, loc.line), Unresolved(
@@ -63,17 +88,33 @@ class Analysis:
         self.root, self.contracts, self.port = root, contracts, port_package
         self.res = Recorder()
         self._mods: dict[str, PortModule | None] = {}
+        # The modules in scope: what a search by name looks through. Modules loaded later (a helper's
+        # module outside the scope) are not searched, so an answer never depends on which file's walk
+        # loaded what first, and each file's walk is a unit of its own (dataflow/memo.py).
+        self._scope: tuple[PortModule, ...] = ()
         self._impl_cache: dict[str, list[Fn]] = {}
         self._ctor_cache: dict[str, str | None] = {}
+        self.log: UnitReads | None = None  # set while one file's walk runs for the memo
         tails = {p.rsplit(".", 1)[-1].strip("*").lower() for c in contracts.conventions
                  if c.role == "consumer" or c.scale_params for p in c.components}
         scale_words = {n.lower() for c in contracts.conventions for n in c.scale_params if len(n) > 5}
         self.filter_words = tuple(sorted({"lse", *scale_words, *(t for t in tails if len(t) > 3)}))
 
     def module(self, path: str) -> PortModule | None:
+        if self.log is not None:
+            self.log.files.add(path)
         if path not in self._mods:
             self._mods[path] = load_module(self.root, path)
         return self._mods[path]
+
+    def has_file(self, path: str) -> bool:
+        if self.log is not None:
+            self.log.files.add(path)
+        return (self.root / path).is_file()
+
+    def load_scope(self, paths: Sequence[str]) -> None:
+        """Load the modules in scope; searches by name look through these only."""
+        self._scope = tuple(m for m in (self.module(p) for p in paths) if m is not None)
 
     def match(self, cands: Sequence[Fn]) -> tuple[Convention | None, Fn | None]:
         for c in cands:
@@ -100,7 +141,7 @@ class Analysis:
         for cut in range(len(parts) - 1, 0, -1):
             mod_name, rest = ".".join(parts[:cut]), parts[cut:]
             path = mod_name.replace(".", "/") + ".py"
-            mod = w.mod if mod_name == w.mod.module else (self.module(path) if (self.root / path).is_file() else None)
+            mod = w.mod if mod_name == w.mod.module else (self.module(path) if self.has_file(path) else None)
             if mod is None:
                 continue
             if len(rest) == 1 and rest[0] in mod.functions:
@@ -136,11 +177,13 @@ class Analysis:
         with many implementations are left alone: following them would guess, not resolve."""
         if method.startswith("__") or method in GENERIC_METHODS:
             return []
+        if self.log is not None:
+            self.log.methods.add(method)
         if method in self._impl_cache:
             return self._impl_cache[method]
         found = [
             Fn(f"{mod.module}.{cname}.{method}", via="dynamic-dispatch")
-            for mod in self._mods.values() if mod is not None
+            for mod in self._scope
             for cname, cls in mod.classes.items()
             if any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == method for m in cls.body)
         ]
@@ -149,11 +192,12 @@ class Analysis:
 
     def global_ctor(self, name: str) -> str | None:
         """A wrapper class known for an attribute name anywhere in the scope (constructor or annotation)."""
-        if name not in self._ctor_cache:  # valid once every module is loaded (check_dataflow preloads)
+        if self.log is not None:
+            self.log.ctor_names.add(name)
+        if name not in self._ctor_cache:  # valid once the scope is loaded (follow loads it first)
             found: set[str] = set()
-            for mod in self._mods.values():
-                if mod is not None:
-                    found |= mod.ctor_names.get(name.lstrip("_"), set())
+            for mod in self._scope:
+                found |= mod.ctor_names.get(name.lstrip("_"), set())
             self._ctor_cache[name] = next(iter(found)) if len(found) == 1 else None
         return self._ctor_cache[name]
 
@@ -215,6 +259,16 @@ def _relevant(mod: PortModule, fn: ast.FunctionDef | ast.AsyncFunctionDef, words
     return any(w in text for w in words)
 
 
+def _walk_unit(an: Analysis, mod: PortModule) -> Recorder:
+    """One file's walk, with a recorder of its own (merged in file order by follow)."""
+    outer, an.res = an.res, Recorder()
+    try:
+        _walk_all(an, mod)
+        return an.res
+    finally:
+        an.res = outer
+
+
 def _walk_all(an: Analysis, mod: PortModule) -> None:
     words = an.filter_words
     for fn in mod.functions.values():
@@ -251,20 +305,26 @@ def scale_form(arg: ast.expr) -> str | None:
         return "tensor"  # a layer's scale attribute (`layer._k_scale`) is a tensor by convention
     return None
 
-def follow(root: Path, files: Sequence[str], contracts: Contracts, *, port_package: str) -> DataflowFacts:
+def follow(root: Path, files: Sequence[str], contracts: Contracts, *, port_package: str,
+           memo_common: list | None = None) -> DataflowFacts:
     """Follow every LSE from a producing kernel call to each merge/reduction argument, and record
     scale arguments and unpackings on the way. `files` are repo-relative paths under `root` (the
-    snapshot)."""
+    snapshot). Each file's walk is a unit: with `memo_common` (what every unit depends on besides
+    what it reads) a unit whose reads are unchanged is served from the dataflow memo."""
+    from metax_audit.dataflow.memo import DataflowMemo
+
     an = Analysis(Path(root), contracts, port_package)
     paths = sorted(p for p in set(files) if p.endswith(".py"))
-    for path in paths:  # load everything first: name-based fallbacks must not depend on file order
-        an.module(path)
+    an.load_scope(paths)  # load everything first: name-based fallbacks must not depend on file order
+    memo = DataflowMemo(an, memo_common)
+    total = Recorder()
     for path in paths:
         mod = an.module(path)
         if mod is None:
-            an.res.add_unresolved(Location(path), path, "file could not be parsed; its flows were not followed")
+            total.add_unresolved(Location(path), path, "file could not be parsed; its flows were not followed")
             continue
-        _walk_all(an, mod)
+        total.merge(memo.unit(path, partial(_walk_unit, an, mod)))
+    an.res = total
     flows = sorted(an.res.flows.values(), key=lambda f: (f.consumer.location, f.consumer.arg, f.producer.location))
     # An argument untraced on one path (a loop's first pass) but traced on another is not unresolved.
     traced = {(f.consumer.location.path, f.consumer.location.line, f.consumer.arg) for f in flows}
