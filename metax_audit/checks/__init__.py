@@ -87,7 +87,7 @@ def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTabl
 
 
 def dataflow_for_review(discovery: Discovery, config: AuditConfig, contracts: Contracts | None,
-                        memo_common: list | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
+                        memo_common: list[str] | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
     """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
     if contracts is None:
         return [], [], []

@@ -96,7 +96,7 @@ def dataflow_findings(facts: DataflowFacts) -> list[Finding]:
 
 
 def check_dataflow(root: Path, files: Sequence[str], contracts: Contracts, *, port_package: str,
-                   memo_common: list | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
+                   memo_common: list[str] | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
     """The dataflow stage and its checks in one call: (every flow with its verdict, the findings,
     the values the walk could not follow). With `memo_common` each file's walk is kept in the
     dataflow memo (dataflow/memo.py)."""

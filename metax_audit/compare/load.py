@@ -56,7 +56,8 @@ def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str],
 
 def defined_functions(path: str, tree: ast.Module | None) -> list[str]:
     """The names of every function a file defines (sorted): a file's compare key reads who names them."""
-    return sorted({n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}) \
+    # A def is a statement: walking statements only finds every one (ast.walk visited each expression node too)
+    return sorted({n.name for n in iter_statements(tree.body) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}) \
         if tree is not None else []
 
 

@@ -23,6 +23,7 @@ from metax_audit.dataflow.facts import (
     Unpacking,
     Verdict,
 )
+from metax_audit.dataflow.memo import DataflowMemo, UnitReads
 from metax_audit.dataflow.module import PortModule, load_module
 from metax_audit.dataflow.values import GENERIC_METHODS, MAX_ALTS, Fn, Val, source_text
 from metax_audit.dataflow.walker import Walker
@@ -31,16 +32,6 @@ from metax_audit.models import Location, ProbeRequest, Unresolved
 # Hand-written on `ast` rather than a library: what is needed is a small, contract-driven walk
 # of function bodies (griffe gives structure, not statement-level value flow; no maintained
 # Python dataflow library models tensor layouts or log bases).
-
-
-@dataclass
-class UnitReads:
-    """What one file's walk read besides its own file: module files (entered or looked for) and the
-    searches by name over the scope (dynamic dispatch by method name, wrapper constructors by name)."""
-
-    files: set[str] = field(default_factory=set)
-    methods: set[str] = field(default_factory=set)
-    ctor_names: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -306,13 +297,11 @@ def scale_form(arg: ast.expr) -> str | None:
     return None
 
 def follow(root: Path, files: Sequence[str], contracts: Contracts, *, port_package: str,
-           memo_common: list | None = None) -> DataflowFacts:
+           memo_common: list[str] | None = None) -> DataflowFacts:
     """Follow every LSE from a producing kernel call to each merge/reduction argument, and record
     scale arguments and unpackings on the way. `files` are repo-relative paths under `root` (the
     snapshot). Each file's walk is a unit: with `memo_common` (what every unit depends on besides
     what it reads) a unit whose reads are unchanged is served from the dataflow memo."""
-    from metax_audit.dataflow.memo import DataflowMemo
-
     an = Analysis(Path(root), contracts, port_package)
     paths = sorted(p for p in set(files) if p.endswith(".py"))
     an.load_scope(paths)  # load everything first: name-based fallbacks must not depend on file order

@@ -12,18 +12,41 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from metax_audit.dataflow.analysis import Analysis, Recorder
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 KIND = "dataflow-unit"
 KEEP = 4  # entries per file: HEAD and the staged state alternate in a pre-commit loop
+T = TypeVar("T")
+
+
+@dataclass
+class UnitReads:
+    """What one file's walk read besides its own file: module files (entered or looked for) and the
+    searches by name over the scope (dynamic dispatch by method name, wrapper constructors by name)."""
+
+    files: set[str] = field(default_factory=set)
+    methods: set[str] = field(default_factory=set)
+    ctor_names: set[str] = field(default_factory=set)
+
+
+class Searches(Protocol):
+    """What the memo asks of the analysis (dataflow/analysis.py's Analysis)."""
+
+    root: Path
+    port: str
+    contracts: Any
+    log: UnitReads | None
+
+    def implementations(self, method: str) -> Sequence[Any]: ...
+
+    def global_ctor(self, name: str) -> str | None: ...
 
 
 class DataflowMemo:
-    def __init__(self, an: Analysis, common: list | None) -> None:
+    def __init__(self, an: Searches, common: list[str] | None) -> None:
         self.an = an
         self.use_cache = common is not None
         self.common = [*(common or []), an.port, hashlib.sha256(pickle.dumps(an.contracts)).hexdigest()] \
@@ -31,9 +54,8 @@ class DataflowMemo:
         self._digests: dict[str, str | None] = {}
         self.served = 0
 
-    def unit(self, path: str, compute: Callable[[], Recorder]) -> Recorder:
+    def unit(self, path: str, compute: Callable[[], T]) -> T:
         from metax_audit import resultcache
-        from metax_audit.dataflow.analysis import UnitReads
 
         if not self.use_cache:
             return compute()
@@ -44,7 +66,8 @@ class DataflowMemo:
             for old_root, reads, value in stored:
                 if all(self._state(kind, name) == state for (kind, name), state in reads.items()):
                     self.served += 1
-                    return resultcache.rebase(value, old_root, root) if old_root not in (None, root) else value
+                    served: T = resultcache.rebase(value, old_root, root) if old_root not in (None, root) else value
+                    return served
         outer, self.an.log = self.an.log, UnitReads()
         try:
             value = compute()

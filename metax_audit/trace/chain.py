@@ -53,7 +53,7 @@ def _backend_registrations(registrations: tuple[Registration, ...]) -> list[Regi
 
 class _Tracer:
     def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None, symbols: SymbolTable | None = None,
-                 memo_common: list | None = None, memo_count: MemoCount | None = None) -> None:
+                 memo_common: list[str] | None = None, memo_count: MemoCount | None = None) -> None:
         self.discovery = discovery
         self.config = config
         if symbols is None:
@@ -388,7 +388,7 @@ def is_kernel_call(c: CallSite) -> bool:
 
 
 def trace_backends(discovery: Discovery, config: AuditConfig, upstream_root: Path | None = None,
-                   symbols: SymbolTable | None = None, memo_common: list | None = None,
+                   symbols: SymbolTable | None = None, memo_common: list[str] | None = None,
                    memo_count: MemoCount | None = None) -> TraceResult:
     """Trace every registered attention backend (and MLA prefill backend) of the snapshot, by ast only.
 

@@ -54,7 +54,7 @@ class MemoCount:
 class TraceMemo:
     """Reads and writes units under the result cache; `common` names what every unit depends on."""
 
-    def __init__(self, index: ModuleIndex, common: list[Any], *, use_cache: bool = True) -> None:
+    def __init__(self, index: ModuleIndex, common: list[str], *, use_cache: bool = True) -> None:
         self.index = index
         self.common = common
         self.use_cache = use_cache
