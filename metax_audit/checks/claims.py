@@ -15,7 +15,7 @@ from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.stack import parse_file
 from metax_audit.findings import make_finding, rule
 from metax_audit.models import Category, Discovery, Finding, Location, Severity
-from metax_audit.pysource import iter_tokens, walk_nodes
+from metax_audit.pysource import iter_tokens, standalone_comments, walk_nodes
 
 rule("MXA140", Category.CLAIM, Severity.INFO, "capability claim is only a comment",
      "The comment states what the code supports, but the statement it sits on neither raises, asserts nor switches "
@@ -82,7 +82,11 @@ class Claim:
     trailing: bool
 
 
-def _comments(source: str) -> list[tuple[int, str, bool]]:
+def _comments(source: str, tree: ast.Module | None = None) -> list[tuple[int, str, bool]]:
+    """(line, text, whether code precedes it on its line) of every comment, as tokenize reports them."""
+    fast = _comments_from_tree(source, tree) if tree is not None else None
+    if fast is not None:
+        return fast
     out: list[tuple[int, str, bool]] = []
     code_on: set[int] = set()
     try:
@@ -96,6 +100,43 @@ def _comments(source: str) -> list[tuple[int, str, bool]]:
     return out
 
 
+def _comments_from_tree(source: str, tree: ast.Module) -> list[tuple[int, str, bool]] | None:
+    """_comments without tokenizing the file (tokenize is most of a changed file's claims): the lines
+    that hold only a comment (pysource.standalone_comments), and on a line of code holding '#', the
+    first '#' outside that line's one-line string literals. None, so that tokenize decides, when a
+    multi-line literal crosses such a line (implicit concatenation may hold a comment) or the text has
+    line breaks other than \n and \r\n."""
+    if "\r" in source.replace("\r\n", ""):
+        return None
+    standalone = standalone_comments(source, tree)
+    if standalone is None:
+        return None
+    lines = source.splitlines()
+    out = [(line, text.lstrip("#").strip(), False) for line, text in standalone.items()]
+    candidates = {n for n, line in enumerate(lines, 1) if "#" in line and n not in standalone}
+    literals: dict[int, list[tuple[int, int]]] = {}  # line -> byte ranges of its one-line literals
+    for node in walk_nodes(tree):
+        if not (isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str | bytes))):
+            continue
+        start, end = node.lineno, node.end_lineno
+        if end is None or node.end_col_offset is None:
+            return None
+        if end > start:
+            # a '#' line within a multi-line literal: only tokenize tells a comment between implicitly
+            # concatenated pieces, or after the closing quote of a line that starts inside the literal
+            if any(start <= n <= end for n in candidates) or any(start < n <= end for n in standalone):
+                return None
+        elif start in candidates:
+            literals.setdefault(start, []).append((node.col_offset, node.end_col_offset))
+    for n in sorted(candidates):
+        raw = lines[n - 1].encode()
+        ranges = literals.get(n, [])
+        at = next((i for i, byte in enumerate(raw) if byte == 35 and not any(a <= i < b for a, b in ranges)), None)  # 35: '#'
+        if at is not None:
+            out.append((n, raw[at:].decode().lstrip("#").strip(), True))
+    return sorted(out)
+
+
 def _is_code(text: str) -> bool:
     """Commented-out code is not a claim (`# return use_cascade(*args)`)."""
     if not any(c in text for c in "()=[]"):
@@ -107,9 +148,9 @@ def _is_code(text: str) -> bool:
     return True
 
 
-def claims_in(source: str) -> list[Claim]:
+def claims_in(source: str, tree: ast.Module | None = None) -> list[Claim]:
     blocks: list[list[tuple[int, str, bool]]] = []
-    for line, text, trailing in _comments(source):
+    for line, text, trailing in _comments(source, tree):
         if not trailing and blocks and not blocks[-1][-1][2] and blocks[-1][-1][0] == line - 1:
             blocks[-1].append((line, text, trailing))
         else:
@@ -218,7 +259,7 @@ def _file_claims(path: str, source: str, tree: ast.Module) -> Iterator[Finding]:
     lines = source.splitlines()
     uses: dict[str, list[int]] | None = None
     stmts = _statements(tree)
-    for claim in claims_in(source):
+    for claim in claims_in(source, tree):
         listed = ""
         stmt = _statement_after(stmts, claim)
         comment = f"comment: {path}:{claim.line}: # {claim.text[:200]}"
