@@ -129,6 +129,10 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
             result = replace(result, report=report)
     finally:
         progress.done()
+    if not options.no_cache:
+        from metax_audit.resultcache import trim
+
+        trim()  # the least recently used results go once the cache is over its limit
     return result
 
 

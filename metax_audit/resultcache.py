@@ -27,6 +27,7 @@ import json
 import os
 import pickle
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,9 +118,61 @@ def load(kind: str, entry: str) -> Any | None:
     path = results_dir() / kind / f"{entry}.pickle"
     try:
         with open(path, "rb") as fh:
-            return pickle.load(fh)  # our own cache under the user's cache dir, written by store() below
+            value = pickle.load(fh)  # our own cache under the user's cache dir, written by store() below
+            with contextlib.suppress(OSError):
+                os.utime(fh.fileno())  # used now: trim() removes the least recently used entries first
+            return value
     except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
         return None
+
+
+DEFAULT_LIMIT_MB = 1024
+TRIM_EVERY_S = 600.0
+
+
+def trim(limit_bytes: int | None = None, every_s: float = TRIM_EVERY_S) -> int:
+    """Keep the result cache under its limit ($METAX_AUDIT_CACHE_MAX_MB, default 1 GiB): when it is
+    over, delete the least recently used entries (written or read last longest ago) down to 80% of
+    it. Runs at most once per `every_s` seconds (a stamp file), since every review stores entries and
+    a daily pre-commit loop would otherwise fill the disk. Returns the bytes freed."""
+    root = results_dir()
+    stamp = root / ".trimmed"
+    now = time.time()
+    try:
+        if now - stamp.stat().st_mtime < every_s:
+            return 0
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return 0
+    if limit_bytes is None:
+        try:
+            limit_bytes = int(float(os.environ.get("METAX_AUDIT_CACHE_MAX_MB", DEFAULT_LIMIT_MB)) * 1024 * 1024)
+        except ValueError:
+            limit_bytes = DEFAULT_LIMIT_MB * 1024 * 1024
+    entries: list[tuple[float, int, str]] = []
+    with contextlib.suppress(OSError):
+        for kind in os.scandir(root):
+            if not kind.is_dir(follow_symlinks=False):
+                continue
+            for e in os.scandir(kind.path):
+                if e.name.endswith(".pickle") and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    entries.append((st.st_mtime, st.st_size, e.path))
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    total = sum(size for _, size, _ in entries)
+    if total <= limit_bytes:
+        return 0
+    freed = 0
+    for _, size, path in sorted(entries):
+        if total - freed <= limit_bytes * 0.8:
+            break
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            freed += size
+    return freed
 
 
 def store(kind: str, entry: str, value: Any) -> None:
