@@ -63,11 +63,12 @@ def main() -> int:
     griffe = [shutil.which("griffe") or "griffe", "check", args.package, "-a", args.old, "-b", args.rev]
     # The review runs in-process under a tiny wrapper so its own ru_maxrss can be read at exit;
     # RUSAGE_CHILDREN of the probe then gives the largest process of the whole tree.
+    # (at exit: the CLI ends with os._exit once its atexit handlers ran, so a `finally` would not run)
     wrapped = [sys.executable, "-c",
-               "import resource,runpy,sys\n"
+               "import atexit,resource,runpy,sys\n"
+               "atexit.register(lambda: sys.stderr.write('MXA_SELF_RSS %d\\n'%resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
                "sys.argv=['metax-audit',*sys.argv[1:]]\n"
-               "try:\n runpy.run_module('metax_audit',run_name='__main__')\n"
-               "finally:\n sys.stderr.write('MXA_SELF_RSS %d\\n'%resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n",
+               "runpy.run_module('metax_audit',run_name='__main__')\n",
                *review[3:]]
     warm_cache = tempfile.mkdtemp(prefix="mxa-bench-cache-")
     base_env = {**os.environ, "CI": "1"}
