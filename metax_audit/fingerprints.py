@@ -13,6 +13,7 @@ is reported again, and a baseline uses it to tell an unchanged finding from a ch
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
@@ -29,8 +30,12 @@ _COUNT = re.compile(r"\b\d+ (\w+)\(s\)")
 _SPACE = re.compile(r"\s+")
 
 
+@functools.lru_cache(maxsize=16384)
 def normalize(text: str) -> str:
-    """Text of a finding with what unrelated edits change (line numbers, group counts) taken out."""
+    """Text of a finding with what unrelated edits change (line numbers, group counts) taken out.
+    Kept per text: a finding's content is hashed again after each dataclasses.replace (waivers, the
+    baseline's marks) and for the baseline's own findings, whose texts are mostly the same (four
+    regex passes per text were 0.13 s of a staged review's baseline comparison)."""
     text = _LINE_WORD.sub("line N", text)
     text = _PATH_LINE.sub(r"\1", text)
     text = _COUNT.sub(r"N \1(s)", text)
