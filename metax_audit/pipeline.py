@@ -263,7 +263,8 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     symbols = _symbols(st, upstream, base)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     stand_ins = _stack_pins_stage(st)
-    binding = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache))  # beside compare
+    binding = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache,
+                                      _binding_memo_common(st, upstream, base)))  # beside compare
     contracts, dataflow = _start_dataflow(st, discovery, background)
     collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
@@ -391,10 +392,18 @@ def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | No
                              base_root=base.root if base else None, base_version=base.version if base else None)
 
 
-def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, use_cache: bool = False) -> list[Finding]:
+def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, use_cache: bool = False,
+                    memo_common: list[str] | None = None) -> list[Finding]:
     from metax_audit.checks import binding_checks
 
-    return binding_checks(discovery, trace, symbols, use_cache=use_cache)
+    return binding_checks(discovery, trace, symbols, use_cache=use_cache, memo_common=memo_common)
+
+
+def _binding_memo_common(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> list[str]:
+    """What every caller file's call bindings depend on besides the port names they read (trace/memo.py)."""
+    from metax_audit.resultcache import upstream_identity
+
+    return [upstream_identity(upstream), upstream_identity(base), repr(st.config)]
 
 
 def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, symbols: SymbolTable | None = None,

@@ -59,9 +59,12 @@ def _run(tmp_path: Path, source: str, extra: dict[str, str] | None = None) -> li
     symbols = SymbolTable.build(port, "port", up, "up", upstream_version="2.0", base_root=base, base_version="1.0")
     trace = trace_backends(d, config, up, symbols)
     found = binding_checks(d, trace, symbols)
-    # the per-file memo (cold, then read back) changes nothing
+    # the per-file memo (cold, then read back) changes nothing; nor do the call bindings as trace-memo
+    # units per caller file (resolvers of their own), computed, stored, then served
     assert binding_checks(d, trace, symbols, use_cache=True) == found
     assert binding_checks(d, trace, symbols, use_cache=True) == found
+    for use_cache in (False, True, True):
+        assert binding_checks(d, trace, symbols, use_cache=use_cache, memo_common=["test"]) == found
     return found
 
 

@@ -69,18 +69,19 @@ def checks_for_review(
 
 
 def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, *, use_cache: bool = False,
-                   ) -> list[Finding]:
+                   memo_common: list[str] | None = None) -> list[Finding]:
     """Imports, attributes and call bindings of port code against port and upstream sources, asked of
     the review's one symbol table. Needs no stack facts (kernel imports and calls are the stack
     checks' part), so the pipeline runs it beside compare and introspection (in a process of its
-    own: its per-file memo is its own, under another kind)."""
+    own: its per-file memo is its own, under another kind). With `memo_common` each caller file's call
+    bindings are a unit of the trace memo (check_bindings)."""
     from metax_audit.checks.attributes import check_attributes
     from metax_audit.checks.binding import check_bindings
     from metax_audit.checks.imports import check_port_imports, check_type_checking_names
 
     memo = FileMemo(discovery.root, enabled=use_cache, kind="binding-file")
     found = [*check_port_imports(discovery, symbols, memo), *check_type_checking_names(discovery, symbols, memo),
-             *check_bindings(discovery.root, trace, symbols),
+             *check_bindings(discovery.root, trace, symbols, memo_common, use_cache=use_cache),
              *check_attributes(discovery, symbols, memo)]
     memo.save()
     return found

@@ -106,37 +106,70 @@ def _signature_text(fn: Func) -> str:
     return f"def {node.name}({ast.unparse(node.args)})"
 
 
-def check_bindings(root: Path, trace: TraceResult, symbols: SymbolTable) -> Iterator[Finding]:
+def check_bindings(root: Path, trace: TraceResult, symbols: SymbolTable, memo_common: list[str] | None = None, *,
+                   use_cache: bool = True) -> Iterator[Finding]:
     """Every call site in scope whose callee is port or upstream Python; one finding per call and rule.
-    A call with several candidate callees is reported only when none of them binds."""
+    A call with several candidate callees is reported only when none of them binds.
+
+    With `memo_common` (the upstream and base releases and the config), each caller file's calls are a
+    unit of the trace memo (trace/memo.py): bound with resolvers of their own, kept with the port names
+    they read, served again while those look the same; `use_cache=False` computes every unit the same way."""
     groups: dict[tuple[str, int, str], list[CallSite]] = {}
     for call in checked_calls(trace):
         if call.origin in ("port", "upstream") and call.resolved and call.via != "kernel-launch" and not call.location.path.startswith(
                 (symbols.index.upstream_package + "/",)):
             groups.setdefault((call.location.path, call.location.line, call.callee_text), []).append(call)
-    params_of: dict[str, _Params] = {}
-    base_params_of: dict[str, _Params] = {}
-    for calls in groups.values():
-        results = [_binding(c, symbols.resolver, params_of) for c in calls]
-        if any(r is None or not r[0] for r in results):
-            continue
-        call = calls[0]
-        problems, fn = results[0]  # type: ignore[misc]
-        label = symbols.label(symbols.provider(fn.dotted))
-        where = f"{label}: {fn.info.path}:{fn.node.lineno}: {_signature_text(fn)}"
-        base = _at_base(call, symbols, base_params_of)
-        by_rule: dict[str, list[tuple[str, str]]] = {}
-        for rid, key, msg in problems:
-            by_rule.setdefault(rid, []).append((key, msg))
-        for rid, items in by_rule.items():
-            ev = [call_text(root, call), where, *([base] if base else [])]
-            yield make_finding(rid, Location(call.location.path, call.location.line, f"{call.caller}:{call.resolved}:{items[0][0]}"),
-                               f"{call.callee_text}(...): " + "; ".join(m for _, m in items) + f" in {fn.dotted}", ev)
+    if memo_common is None:
+        params_of: dict[str, _Params] = {}
+        base_params_of: dict[str, _Params] = {}
+        resolver, base = symbols.resolver, symbols.base_resolver()
+        for calls in groups.values():
+            yield from _group_findings(root, calls, symbols, resolver, base, params_of, base_params_of)
+        return
+    from metax_audit.resultcache import file_digest
+    from metax_audit.trace.memo import TraceMemo, UnitResult
+
+    memo = TraceMemo(symbols.index, ["binding", *memo_common], use_cache=use_cache)
+    by_file: dict[str, list[tuple[str, int, str]]] = {}
+    for key in groups:
+        by_file.setdefault(key[0], []).append(key)
+    found: dict[tuple[str, int, str], list[Finding]] = {}
+    for path, keys in by_file.items():
+        def compute(keys: list[tuple[str, int, str]] = keys) -> tuple[list[list[Finding]], UnitResult]:
+            resolver = Resolver(symbols.index)
+            base = Resolver(symbols.base_index) if symbols.base_index is not None else None
+            params_of: dict[str, _Params] = {}
+            base_params_of: dict[str, _Params] = {}
+            return ([list(_group_findings(root, groups[k], symbols, resolver, base, params_of, base_params_of)) for k in keys],
+                    UnitResult(frozenset(), frozenset(), ()))
+        parts = ["binding", path, file_digest(root / path), repr([groups[k] for k in keys])]
+        values, _ = memo.unit(parts, compute)
+        found.update(zip(keys, values, strict=True))
+    for key in groups:  # the order of the calls, as without the memo
+        yield from found[key]
 
 
-def _at_base(call: CallSite, symbols: SymbolTable, params_of: dict[str, _Params] | None = None) -> str:
+def _group_findings(root: Path, calls: list[CallSite], symbols: SymbolTable, resolver: Resolver, base_resolver: Resolver | None,
+                    params_of: dict[str, _Params], base_params_of: dict[str, _Params]) -> Iterator[Finding]:
+    results = [_binding(c, resolver, params_of) for c in calls]
+    if any(r is None or not r[0] for r in results):
+        return
+    call = calls[0]
+    problems, fn = results[0]  # type: ignore[misc]
+    label = symbols.label(symbols.provider(fn.dotted))
+    where = f"{label}: {fn.info.path}:{fn.node.lineno}: {_signature_text(fn)}"
+    base = _at_base(call, symbols, base_resolver, base_params_of)
+    by_rule: dict[str, list[tuple[str, str]]] = {}
+    for rid, key, msg in problems:
+        by_rule.setdefault(rid, []).append((key, msg))
+    for rid, items in by_rule.items():
+        ev = [call_text(root, call), where, *([base] if base else [])]
+        yield make_finding(rid, Location(call.location.path, call.location.line, f"{call.caller}:{call.resolved}:{items[0][0]}"),
+                           f"{call.callee_text}(...): " + "; ".join(m for _, m in items) + f" in {fn.dotted}", ev)
+
+
+def _at_base(call: CallSite, symbols: SymbolTable, resolver: Resolver | None, params_of: dict[str, _Params] | None = None) -> str:
     """Whether the same call binds against the base release's callee (it changed upstream since)."""
-    resolver = symbols.base_resolver()
     if resolver is None or symbols.index.origin_of(call.resolved or "") != "upstream":
         return ""
     got = _binding(call, resolver, params_of)
