@@ -28,7 +28,7 @@ import os
 import pickle
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +124,41 @@ def load(kind: str, entry: str) -> Any | None:
             return value
     except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
         return None
+
+
+# ---------------------------------------------------------------- units kept with what they read
+
+UNIT_KEEP = 4  # entries per unit key: HEAD and the staged state alternate in a pre-commit loop
+
+
+def find_unit(kind: str, entry: str, root: str, state: Callable[[str, str], Any]) -> tuple[list[Any], tuple[Any] | None]:
+    """The entries stored under `entry` (each: the snapshot root it names or None, its reads as
+    (kind, name) -> state, its value) and, as a 1-tuple, the value of the first whose every read has
+    the same state now (`state(kind, name)`), rebased to this snapshot's `root`; None when none holds."""
+    stored = load(kind, entry)
+    entries = [e for e in stored if isinstance(e, tuple) and len(e) == 3] if isinstance(stored, list) else []
+    for old_root, reads, value in entries:
+        if all(state(k, name) == then for (k, name), then in reads.items()):
+            return entries, (rebase(value, old_root, root) if old_root not in (None, root) else value,)
+    return entries, None
+
+
+def keep_unit(kind: str, entry: str, root: str, reads: dict[tuple[str, str], Any], value: Any, entries: list[Any]) -> None:
+    """Store `value` with the state of what it read, ahead of up to UNIT_KEEP - 1 entries of other states;
+    the snapshot root is kept only when the value names it (then it is rebased when served)."""
+    kept = [e for e in entries if e[1] != reads][: UNIT_KEEP - 1]
+    names_root = root.encode() in pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    store(kind, entry, [(root if names_root else None, reads, value), *kept])
+
+
+def content_state(path: Path) -> str | None:
+    """A file's bytes as a digest, None when there is no such file (a state a stored unit compares)."""
+    try:
+        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError as exc:
+        return f"unreadable: {exc.errno}"
 
 
 DEFAULT_LIMIT_MB = 1024

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 KIND = "dataflow-unit"
-KEEP = 4  # entries per file: HEAD and the staged state alternate in a pre-commit loop
 T = TypeVar("T")
 
 
@@ -60,14 +59,12 @@ class DataflowMemo:
         if not self.use_cache:
             return compute()
         entry = resultcache.key(KIND, *self.common, path)
-        stored = resultcache.load(KIND, entry)
         root = str(self.an.root)
-        if isinstance(stored, list):
-            for old_root, reads, value in stored:
-                if all(self._state(kind, name) == state for (kind, name), state in reads.items()):
-                    self.served += 1
-                    served: T = resultcache.rebase(value, old_root, root) if old_root not in (None, root) else value
-                    return served
+        entries, hit = resultcache.find_unit(KIND, entry, root, self._state)
+        if hit is not None:
+            self.served += 1
+            served: T = hit[0]
+            return served
         outer, self.an.log = self.an.log, UnitReads()
         try:
             value = compute()
@@ -77,18 +74,15 @@ class DataflowMemo:
         reads = {**{("file", p): self._state("file", p) for p in sorted(log.files | {path})},
                  **{("method", m): self._state("method", m) for m in sorted(log.methods)},
                  **{("ctor", n): self._state("ctor", n) for n in sorted(log.ctor_names)}}
-        kept = [e for e in (stored if isinstance(stored, list) else []) if e[1] != reads][: KEEP - 1]
-        names_root = root.encode() in pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        resultcache.store(KIND, entry, [(root if names_root else None, reads, value), *kept])
+        resultcache.keep_unit(KIND, entry, root, reads, value, entries)
         return value
 
     def _state(self, kind: str, name: str) -> Any:
         if kind == "file":
             if name not in self._digests:
-                try:
-                    self._digests[name] = hashlib.blake2b((self.an.root / name).read_bytes(), digest_size=16).hexdigest()
-                except OSError:
-                    self._digests[name] = None
+                from metax_audit.resultcache import content_state
+
+                self._digests[name] = content_state(self.an.root / name)
             return self._digests[name]
         if kind == "method":
             return [f.dotted for f in self.an.implementations(name)]

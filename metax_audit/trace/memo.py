@@ -13,19 +13,17 @@ time (resultcache)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from metax_audit.resultcache import content_state
 from metax_audit.trace.modules import ModuleIndex, ReadLog, Skip
 
 T = TypeVar("T")
 KIND = "trace-unit"
-KEEP = 4  # entries per unit key: HEAD and the staged state alternate in a pre-commit loop
 
 
 @dataclass(frozen=True)
@@ -67,33 +65,29 @@ class TraceMemo:
         from metax_audit import resultcache
 
         entry = resultcache.key(KIND, *self.common, *parts) if self.use_cache else ""
-        stored = resultcache.load(KIND, entry) if self.use_cache else None
         root = str(self.index.port_root)
-        if isinstance(stored, list):
-            for old_root, reads, value, result in stored:
-                if all(self._state(kind, name) == state for (kind, name), state in reads.items()):
-                    self.count.served[parts[0]] = self.count.served.get(parts[0], 0) + 1
-                    # old_root is None when the value never named the snapshot it was traced in
-                    return resultcache.rebase((value, result), old_root, root) if old_root not in (None, root) else (value, result)
+        entries, hit = resultcache.find_unit(KIND, entry, root, self._state) if self.use_cache else ([], None)
+        if hit is not None:
+            self.count.served[parts[0]] = self.count.served.get(parts[0], 0) + 1
+            served: tuple[T, UnitResult] = hit[0]
+            return served
         outer = self.index.log
         log = self.index.log = ReadLog()
         try:
             value, result = compute()
         finally:
             self.index.log = outer
-        if outer is not None:  # a unit inside a unit (not used today): the outer one read this too
+        if outer is not None:  # a unit inside a unit: the outer one read this too
             outer.names |= log.names
             outer.folders |= log.folders
             outer.skips.update(log.skips)
-        result = UnitResult(result.files, result.walked, tuple(sorted({**{s.path: s for s in result.skips}, **log.skips}.values(),
-                                                                       key=lambda s: s.path)))
+        # the skipped files a unit met are what the index logged (a unit computes its files and walk only)
+        result = UnitResult(result.files, result.walked, tuple(sorted(log.skips.values(), key=lambda s: s.path)))
         self.count.computed[parts[0]] = self.count.computed.get(parts[0], 0) + 1
         if self.use_cache:
             reads = {**{("name", n): self._state("name", n) for n in sorted(log.names)},
                      **{("folder", n): self._state("folder", n) for n in sorted(log.folders)}}
-            kept = [e for e in (stored if isinstance(stored, list) else []) if e[1] != reads][: KEEP - 1]
-            names_root = root.encode() in pickle.dumps((value, result), protocol=pickle.HIGHEST_PROTOCOL)
-            resultcache.store(KIND, entry, [(root if names_root else None, reads, value, result), *kept])
+            resultcache.keep_unit(KIND, entry, root, reads, (value, result), entries)
         return value, result
 
     def _state(self, kind: str, name: str) -> Any:
@@ -101,19 +95,10 @@ class TraceMemo:
         got = self._states.get((kind, name))
         if got is None:
             base = self.index.port_root / Path(*name.split(".")) if name else self.index.port_root
-            got = _folder_state(base) if kind == "folder" else (_digest(base.with_suffix(".py")) if name else None,
-                                                               _digest(base / "__init__.py"), base.is_dir())
+            got = _folder_state(base) if kind == "folder" else (content_state(base.with_suffix(".py")) if name else None,
+                                                               content_state(base / "__init__.py"), base.is_dir())
             self._states[(kind, name)] = got
         return got
-
-
-def _digest(path: Path) -> str | None:
-    try:
-        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-    except OSError as exc:
-        return f"unreadable: {exc.errno}"
 
 
 def _folder_state(folder: Path) -> tuple | None:
