@@ -16,7 +16,7 @@ from typing import Any
 
 from metax_audit import subproc
 from metax_audit.errors import SubprocessError
-from metax_audit.introspect.manifest import _fact_json, fact_from_json
+from metax_audit.introspect.manifest import fact_from_json, stack_facts_json
 from metax_audit.introspect.process import _sandbox, worker_command
 from metax_audit.models import StackFacts
 
@@ -268,14 +268,7 @@ def _read_cache(path: Path) -> StackFacts | None:
 
 
 def _write_cache(facts: StackFacts, path: Path) -> None:
-    data = {
-        "schema": CACHE_SCHEMA,
-        "python": facts.python,
-        "captured_at": facts.captured_at,
-        "host": facts.host,
-        "distributions": facts.distributions,
-        "facts": {t: _fact_json(f) for t, f in facts.facts.items()},
-    }
+    data = stack_facts_json(facts, CACHE_SCHEMA)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -41,15 +41,7 @@ def fact_from_json(data: dict[str, Any]) -> CallableFact:
 
 def write_manifest(facts: StackFacts, path: Path) -> None:
     """Write the stack manifest `review --stack` reads on a machine without the vendor stack."""
-    data = {
-        "schema": MANIFEST_SCHEMA,
-        "python": facts.python,
-        "captured_at": facts.captured_at,
-        "host": facts.host,
-        "captured_from": facts.source,
-        "distributions": facts.distributions,
-        "facts": {t: _fact_json(f) for t, f in sorted(facts.facts.items())},
-    }
+    data = stack_facts_json(facts, MANIFEST_SCHEMA)
     if facts.torch_ops is not None:
         data["torch_ops"] = {ns: list(ops) for ns, ops in facts.torch_ops.items()}
     try:
@@ -57,6 +49,19 @@ def write_manifest(facts: StackFacts, path: Path) -> None:
         path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     except OSError as exc:
         raise IntrospectError(f"cannot write the stack manifest {path}: {exc.strerror}") from exc
+
+
+def stack_facts_json(facts: StackFacts, schema: str) -> dict[str, Any]:
+    """Captured facts as JSON, as the manifest and the stack cache both write them (each its schema)."""
+    return {
+        "schema": schema,
+        "python": facts.python,
+        "captured_at": facts.captured_at,
+        "host": facts.host,
+        "captured_from": facts.source,
+        "distributions": facts.distributions,
+        "facts": {t: _fact_json(f) for t, f in sorted(facts.facts.items())},
+    }
 
 
 def _fact_json(fact: CallableFact) -> dict[str, Any]:
