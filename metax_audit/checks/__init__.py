@@ -80,7 +80,12 @@ def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTabl
     from metax_audit.checks.imports import check_port_imports, check_type_checking_names
 
     memo = FileMemo(discovery.root, enabled=use_cache, kind="binding-file")
-    found = [*check_port_imports(discovery, symbols, memo), *check_type_checking_names(discovery, symbols, memo),
+    units = None
+    if memo_common is not None:
+        from metax_audit.trace.memo import TraceMemo
+
+        units = TraceMemo(symbols.index, ["imports", *memo_common], use_cache=use_cache)
+    found = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo),
              *check_bindings(discovery.root, trace, symbols, memo_common, use_cache=use_cache),
              *check_attributes(discovery, symbols, memo)]
     memo.save()

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metax_audit.checks.memo import FileMemo
 from metax_audit.checks.stack import build_note, source_line
@@ -15,6 +16,9 @@ from metax_audit.models import Category, Discovery, Finding, Location, Severity,
 from metax_audit.pysource import ImportedName, file_imported_names, imported_names, walk_nodes
 from metax_audit.trace.modules import ModuleInfo
 from metax_audit.trace.symbols import NameAnswer, Provider, Status, SymbolTable, absolute_module
+
+if TYPE_CHECKING:
+    from metax_audit.trace.memo import TraceMemo, UnitResult
 
 rule("MXA120", Category.IMPORT, Severity.ERROR, "port imports a name the installed kernel package does not provide",
      "Importing the module fails with ImportError (or AttributeError on use) against the installed package. "
@@ -196,31 +200,59 @@ class BrokenImport:
     at_base: bool | None
 
 
-def broken_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> list[BrokenImport]:
-    """Imports of port and upstream modules in scope that do not resolve, grouped by root cause."""
-    groups: dict[tuple[str, str | None], list[ImportSite]] = {}
-    answers: dict[tuple[str, str | None], NameAnswer] = {}
-    infos: dict[str, ModuleInfo] = {}
+@dataclass(frozen=True)
+class _MissingAt:
+    """One import site of a file whose root cause does not resolve: what a file's unit keeps."""
+
+    site: ImportSite
+    key: tuple[str, str | None]
+    answer: NameAnswer
+    at_base: bool | None
+    uses: tuple[tuple[str, int, str], ...]
+
+
+def broken_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None,
+                   units: TraceMemo | None = None) -> list[BrokenImport]:
+    """Imports of port and upstream modules in scope that do not resolve, grouped by root cause.
+
+    Each file's missing imports are a function of its sites and of what the lookups read: with
+    `units` (a trace memo over the review's module index) a file is a unit kept with the port names
+    its lookups read, served again while those look the same (upstream and base are in the memo's key)."""
+    groups: dict[tuple[str, str | None], list[_MissingAt]] = {}
     for sf in discovery.files:
         if sf.parse_error is not None or not sf.path.endswith(".py"):
             continue
-        info = symbols.index.module_for_path(sf.path)
-        if info is None:
-            continue
-        infos[sf.path] = info
-        for site in kept_import_sites(info, sf.path, memo):
-            if symbols.provider(site.module) not in (Provider.PORT, Provider.UPSTREAM):
-                continue  # kernel packages: MXA120 over introspection facts; others are not read
-            key = _root_key(site, symbols)
-            if key not in answers:
-                answers[key] = symbols.lookup_import(*key)
-            if answers[key].missing and not _compiled_extension(answers[key], symbols):
-                groups.setdefault(key, []).append(site)
-    out = []
-    for key, sites in groups.items():
-        uses = tuple(u for s in sites for u in _uses(infos[s.path], s))
-        out.append(BrokenImport(answers[key], tuple(sites), uses, symbols.at_base(*key)))
-    return out
+        compute = partial(_file_missing, sf.path, symbols, memo)
+        if units is None:
+            missing = compute()[0]
+        else:
+            from metax_audit.resultcache import file_digest
+
+            missing = units.unit(["imports", sf.path, file_digest(discovery.root / sf.path)], compute)[0]
+        for m in missing:
+            groups.setdefault(m.key, []).append(m)
+    return [BrokenImport(ms[0].answer, tuple(m.site for m in ms), tuple(u for m in ms for u in m.uses), ms[0].at_base)
+            for ms in groups.values()]
+
+
+def _file_missing(path: str, symbols: SymbolTable, memo: FileMemo | None) -> tuple[list[_MissingAt], UnitResult]:
+    """The import sites of one file whose root cause a lookup does not find (a missing answer is
+    always exact: it never takes the text shortcut), with the base's word and the uses that fail."""
+    from metax_audit.trace.memo import UnitResult
+
+    info = symbols.index.module_for_path(path)
+    out: list[_MissingAt] = []
+    answers: dict[tuple[str, str | None], NameAnswer] = {}
+    for site in (kept_import_sites(info, path, memo) if info is not None else ()):
+        if symbols.provider(site.module) not in (Provider.PORT, Provider.UPSTREAM):
+            continue  # kernel packages: MXA120 over introspection facts; others are not read
+        key = _root_key(site, symbols)
+        if key not in answers:
+            answers[key] = symbols.lookup_import(*key)
+        if answers[key].missing and not _compiled_extension(answers[key], symbols):
+            assert info is not None
+            out.append(_MissingAt(site, key, answers[key], symbols.at_base(*key), tuple(_uses(info, site))))
+    return out, UnitResult(frozenset(), frozenset(), ())
 
 
 def _root_key(site: ImportSite, symbols: SymbolTable) -> tuple[str, str | None]:
@@ -294,8 +326,9 @@ def absorb_consequences(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if not (f.rule == "MXA054" and f"{f.location.path}:{f.location.line}" in lines)]
 
 
-def check_port_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> Iterator[Finding]:
-    for broken in broken_imports(discovery, symbols, memo):
+def check_port_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None,
+                       units: TraceMemo | None = None) -> Iterator[Finding]:
+    for broken in broken_imports(discovery, symbols, memo, units):
         yield _broken_finding(discovery.root, broken)
 
 

@@ -143,6 +143,7 @@ class ModuleIndex:
         self.skips: dict[str, Skip] = {}
         self._skip_of: dict[str, Skip] = {}  # module name -> why it has no tree
         self._texts: dict[str, str] = {}
+        self._files: dict[str, tuple[Path, Path, bool] | None] = {}
         self.log: ReadLog | None = None  # set while a memoized trace unit runs
 
     def _note(self, name: str) -> None:
@@ -163,6 +164,14 @@ class ModuleIndex:
 
     def _file_for(self, name: str) -> tuple[Path, Path, bool] | None:
         self._note(name)
+        # The trees do not change during a review: each name's file is looked for once (a review asks
+        # for the same names thousands of times; each look is two stats through pathlib).
+        if name in self._files:
+            return self._files[name]
+        found = self._files[name] = self._find_file(name)
+        return found
+
+    def _find_file(self, name: str) -> tuple[Path, Path, bool] | None:
         origin = self.origin_of(name)
         root = self.port_root if origin == "port" else self.upstream_root if origin == "upstream" else None
         if root is None:
@@ -203,10 +212,6 @@ class ModuleIndex:
             return []
         return sorted(p.stem if p.suffix == ".py" else p.name for p in entries
                       if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
-
-    def parsed(self, name: str) -> bool:
-        """Was the module parsed already (by the trace or an earlier question)?"""
-        return self._cache.get(name) is not None
 
     def text_of(self, name: str) -> str | None:
         """The source text of a module without parsing it (cached; None when there is no such file)."""

@@ -180,9 +180,11 @@ class SymbolTable:
                 near = tuple(difflib.get_close_matches(parts[i - 1], index.submodules(parent), n=3, cutoff=0.6)) if parent else ()
                 return NameAnswer(Status.MISSING_MODULE, provider, label, module, name,
                                   reason=f"no module {pkg} in the {label}", near=near)
-        if name is not None and not index.parsed(module) and self._text_defines(module, name):
+        if name is not None and self._text_defines(module, name):
             # A definition-shaped line in the source: defined, without parsing a module the trace did
             # not need (parsing is the costly part; a missing name is always parsed and answered exactly).
+            # Asked whether or not the module was parsed already, so that the answer is a function of
+            # the module's text, never of which lookups ran before (per-file units depend on that).
             return NameAnswer(Status.DEFINED, provider, label, module, name, f"{module} (definition line)")
         info = index.get(module)
         if info is None and index.namespace_dir(module) is not None:
