@@ -51,17 +51,15 @@ class RevisionEntry:
 
 def revision_commit(repo: Path | None, rev: str) -> tuple[Path, str] | None:
     """(repository top, commit) of `rev`, or None when it does not name a commit."""
-    from metax_audit import subproc
     from metax_audit.errors import SnapshotError
-    from metax_audit.snapshot import find_repo
+    from metax_audit.snapshot import find_repo, resolve_commit
 
     try:
         top = find_repo(repo or Path.cwd())
     except SnapshotError:
         return None
-    res = subproc.run(["git", "-C", str(top), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], timeout=60)
-    sha = res.stdout.strip()
-    return (top, sha) if res.returncode == 0 and sha else None
+    sha = resolve_commit(top, rev)
+    return (top, sha) if sha else None
 
 
 def _memo_key(commit: str, only: tuple[str, ...], config_file: Path | None) -> str:

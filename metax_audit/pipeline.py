@@ -101,6 +101,13 @@ class ReviewResult:
 def review(options: ReviewOptions, progress: Progress | None = None, *, generate_waivers: bool = False) -> ReviewResult:
     """Review the snapshot; then, when it has a baseline (baseline.py), review that revision the
     same way and mark each finding new, changed or unchanged (and list the fixed ones)."""
+    from metax_audit.snapshot import remembered_git
+
+    with remembered_git():  # the repository's top and HEAD asked of git once for the whole review
+        return _review(options, progress, generate_waivers)
+
+
+def _review(options: ReviewOptions, progress: Progress | None, generate_waivers: bool) -> ReviewResult:
     from metax_audit import baseline as baseline_mod
     from metax_audit import review_cache
     from metax_audit.pysource import frozen_heap, relaxed_gc
@@ -153,7 +160,10 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     # The static stages read only the port package, its config, C++ sources and stack pins; --test needs all.
     only = () if options.test_command else snapshot_mod.static_export(package, hint)
     run = _Run(export=only)
-    with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only) as snap:
+    from metax_audit.review_cache import cacheable
+
+    with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only,
+                               keep=cacheable(options)) as snap:
         if mode_note:
             snap = replace(snap, notes=(*snap.notes, mode_note))
         run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),

@@ -107,8 +107,9 @@ def entry_for(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, p
     if not cacheable(options):
         return None
     from metax_audit import incremental, resultcache
+    from metax_audit.snapshot import known_digest
 
-    digest = resultcache.tree_digest(snap.root)
+    digest = known_digest(snap.root) or resultcache.tree_digest(snap.root)
     entry = result_key(digest, config, options, progress, Commit(Path(snap.repo), snap.commit, snap.label))
     if entry is not None and snap.mode == "rev" and snap.commit:
         incremental.remember_revision(snap.commit, export, options.config_file, snap.root, digest, config)

@@ -12,11 +12,15 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from metax_audit import subproc, tempdirs
 from metax_audit.config import AuditConfig, load_config
 from metax_audit.errors import SnapshotError
 from metax_audit.models import SnapshotInfo, SnapshotMode, TestRun
+
+if TYPE_CHECKING:
+    from metax_audit.kept_snapshot import Held, IndexEntry
 
 # Plain git plumbing rather than GitPython here: every call must run with GIT_OPTIONAL_LOCKS=0
 # (no opportunistic index refresh) and we need exact control over what touches the repo.
@@ -30,21 +34,83 @@ def _git(repo: Path, *args: str) -> subproc.Completed:
     return subproc.run(["git", "-C", str(repo), *args], env=_GIT_ENV, timeout=300)
 
 
-def find_repo(path: Path) -> Path:
-    """The top of the git work tree enclosing `path`; SnapshotError when there is none."""
+# Within one review (remembered_git), the top of a path's repository and the commit of a revision are
+# asked of git once: the staged review, its config, its output dir and its baseline all ask.
+_REMEMBERED: dict[tuple[str, str], tuple[Path, Path | None, str | None]] | None = None
+_HEADS: dict[tuple[str, str], str | None] | None = None
+# The kept snapshots held now (root -> tree digest): resultcache.tree_digest without reading the files.
+_KEPT_DIGESTS: dict[str, str] = {}
+
+
+@contextmanager
+def remembered_git() -> Iterator[None]:
+    """Remember repository tops and revisions resolved while this is open (one review: one view of HEAD)."""
+    global _REMEMBERED, _HEADS
+    outer = _REMEMBERED, _HEADS
+    if _REMEMBERED is None:
+        _REMEMBERED, _HEADS = {}, {}
+    try:
+        yield
+    finally:
+        _REMEMBERED, _HEADS = outer
+
+
+def _repo_facts(path: Path) -> tuple[Path, Path | None, str | None]:
+    """(top of the work tree, its git dir, HEAD's commit or None) from one `git rev-parse`."""
     if not path.exists():
         raise SnapshotError(f"{path}: no such directory")
     if not os.access(path, os.R_OK | os.X_OK):
         raise SnapshotError(f"{path}: not readable")
-    res = _git(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel")
-    if res.returncode != 0:
-        raise SnapshotError(f"{path} is not inside a git repository (use --installed, or --repo PATH)")
-    return Path(res.stdout.strip())
+    where = path if path.is_dir() else path.parent
+    key = (str(where.absolute()), os.environ.get("GIT_DIR", ""))
+    if _REMEMBERED is not None and key in _REMEMBERED:
+        return _REMEMBERED[key]
+    res = _git(where, "rev-parse", "--show-toplevel", "--absolute-git-dir", "--verify", "-q", "HEAD^{commit}")
+    lines = res.stdout.split("\n")
+    if res.returncode == 0 and len(lines) == 4 and not lines[3]:
+        facts: tuple[Path, Path | None, str | None] = (Path(lines[0]), Path(lines[1]), lines[2] or None)
+    elif res.returncode == 1 and len(lines) == 3 and not lines[2]:  # no commit yet (or HEAD not a commit)
+        facts = (Path(lines[0]), Path(lines[1]), None)
+    else:  # not a repository, or a path git prints differently: the plain question
+        top = _git(where, "rev-parse", "--show-toplevel")
+        if top.returncode != 0:
+            raise SnapshotError(f"{path} is not inside a git repository (use --installed, or --repo PATH)")
+        facts = (Path(top.stdout.strip()), None, _head(Path(top.stdout.strip())))
+    if _REMEMBERED is not None and _HEADS is not None:
+        _REMEMBERED[key] = facts
+        _HEADS[(str(facts[0]), "HEAD")] = facts[2]
+    return facts
+
+
+def find_repo(path: Path) -> Path:
+    """The top of the git work tree enclosing `path`; SnapshotError when there is none."""
+    return _repo_facts(path)[0]
+
+
+def _head(repo: Path, rev: str = "HEAD") -> str | None:
+    res = _git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
+    return res.stdout.strip() or None if res.returncode == 0 else None
+
+
+def resolve_commit(repo: Path, rev: str) -> str | None:
+    """The commit `rev` names in `repo` (a repository top), None when it names none; HEAD is resolved
+    once per review (remembered_git)."""
+    key = (str(repo), rev)
+    if _HEADS is not None and rev == "HEAD" and key in _HEADS:
+        return _HEADS[key]
+    sha = _head(repo, rev)
+    if _HEADS is not None and rev == "HEAD":
+        _HEADS[key] = sha
+    return sha
 
 
 def head_commit(repo: Path) -> str | None:
-    res = _git(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}")
-    return res.stdout.strip() or None if res.returncode == 0 else None
+    return resolve_commit(repo, "HEAD")
+
+
+def known_digest(root: Path) -> str | None:
+    """resultcache.tree_digest of a kept snapshot held now (from its manifest), else None."""
+    return _KEPT_DIGESTS.get(str(root))
 
 
 def _is_dirty(repo: Path, head: str | None) -> bool:
@@ -57,39 +123,36 @@ def _is_dirty(repo: Path, head: str | None) -> bool:
 def has_staged_changes(repo: Path) -> bool:
     head = head_commit(repo)
     if head is None:
-        return bool(_index_paths(repo))
+        return bool(_index_entries(repo))
     return _git(repo, "diff-index", "--cached", "--quiet", "HEAD", "--").returncode != 0
 
 
-def _index_paths(repo: Path) -> list[str]:
-    res = _git(repo, "ls-files", "-z", "--cached")
-    return [p for p in res.stdout.split("\0") if p]
+def _index_entries(repo: Path) -> list[IndexEntry]:
+    """Every index entry (mode, blob, stage, path), from one `git ls-files --stage`."""
+    from metax_audit.kept_snapshot import parse_stage
+
+    res = _git(repo, "ls-files", "-z", "--stage")
+    if res.returncode != 0:
+        raise SnapshotError(f"git ls-files failed: {res.stderr.strip()}")
+    return parse_stage(res.stdout)
 
 
 def _gitlinks(repo: Path) -> list[str]:
-    res = _git(repo, "ls-files", "-z", "--stage")
-    links = []
-    for entry in res.stdout.split("\0"):
-        if entry.startswith("160000 "):
-            links.append(entry.split("\t", 1)[1])
-    return links
+    return [e.path for e in _index_entries(repo) if e.mode == "160000"]
 
 
 def _selected(path: str, only: tuple[str, ...]) -> bool:
     return not only or any(path == o or path.startswith(o.rstrip("/") + "/") for o in only)
 
 
-def _export_index(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
-    paths = _index_paths(repo)
-    if not paths:
-        raise SnapshotError(f"{repo}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
-    paths = [p for p in paths if _selected(p, only)]
+def _export_index(repo: Path, dest: Path, entries: list[IndexEntry], only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+    paths = [p for p in dict.fromkeys(e.path for e in entries) if _selected(p, only)]
     # checkout-index writes only under --prefix; without -u it never updates the index's stat data.
     res = subproc.run(["git", "-C", str(repo), "checkout-index", "--force", "-z", "--stdin", f"--prefix={dest}{os.sep}"],
                       env=_GIT_ENV, timeout=300, input="\0".join(paths))
     if res.returncode != 0:
         raise SnapshotError(f"git checkout-index failed: {(res.stderr.strip().splitlines() or [''])[-1]}")
-    notes = [f"submodule {p} exported as an empty directory (gitlink only)" for p in _gitlinks(repo)]
+    notes = [f"submodule {e.path} exported as an empty directory (gitlink only)" for e in entries if e.mode == "160000"]
     return len(paths), notes
 
 
@@ -301,20 +364,26 @@ def snapshot(
     package: str = "vllm_metax",
     python: str | None = None,
     only: tuple[str, ...] = (),
+    keep: bool = False,
 ) -> Iterator[SnapshotInfo]:
     """Export the subject under review into a temp dir, yield its record, always remove it.
 
     The user's repository is only read: no index refresh, stash, worktree, branch or checkout.
     `only` limits the export to these top-level paths (the port package and its config), which is
-    what the static stages read; `--test` needs the whole tree and passes none.
+    what the static stages read; `--test` needs the whole tree and passes none. With `keep`, a staged
+    review reads the snapshot kept in the cache dir (kept_snapshot.py), updated by what changed in the
+    index and locked for the review, when the tree is plain and no other review holds it; the files
+    are the same a fresh export writes.
     """
     if mode not in MODES:
         raise SnapshotError(f"unknown snapshot mode {mode!r} (one of {', '.join(MODES)})")
     tempdirs.reclaim()  # what killed runs left in the temp dir (their process is gone)
-    tmp = tempdirs.make("snap")
+    held = None
+    tmp: Path | None = None
     try:
         notes: list[str] = []
         if mode == "installed":
+            tmp = tempdirs.make("snap")
             info, count = _export_installed(package, tmp, python)
             snap = SnapshotInfo(
                 mode=mode, repo=info["base"], commit=None, dirty=False, root=tmp,
@@ -322,13 +391,23 @@ def snapshot(
                 files=count,
             )
         else:
-            top = find_repo(repo or Path.cwd())
+            top, gitdir, _ = _repo_facts(repo or Path.cwd())
             head = head_commit(top)
             if mode == "staged":
-                count, notes = _export_index(top, tmp, only)
-                notes += _contain_links(tmp)
-                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "index", count, tuple(notes))
+                entries = _index_entries(top)
+                if not entries:
+                    raise SnapshotError(f"{top}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
+                held = _hold_kept(top, gitdir, entries, only) if keep else None
+                if held is not None:
+                    root, count = held.root, held.count
+                    _KEPT_DIGESTS[str(root)] = held.digest
+                else:
+                    root = tmp = tempdirs.make("snap")
+                    count, notes = _export_index(top, tmp, entries, only)
+                    notes += _contain_links(tmp)
+                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, "index", count, tuple(notes))
             elif mode == "worktree":
+                tmp = tempdirs.make("snap")
                 count, notes = _export_worktree(top, tmp, only)
                 notes += _contain_links(tmp)
                 snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "worktree", count, tuple(notes))
@@ -337,12 +416,32 @@ def snapshot(
                     raise SnapshotError("--rev needs a revision")
                 if head is None and rev:
                     raise SnapshotError(f"unknown revision {rev!r}: {top} has no commits yet (use --staged)")
+                tmp = tempdirs.make("snap")
                 sha, count, notes = _export_rev(top, rev, tmp, only)
                 notes += _contain_links(tmp)
                 snap = SnapshotInfo(mode, str(top), sha, False, tmp, rev, count, tuple(notes))
         yield snap
     finally:
-        tempdirs.remove_soon(tmp)
+        if held is not None:
+            _KEPT_DIGESTS.pop(str(held.root), None)
+            held.release()
+        if tmp is not None:
+            tempdirs.remove_soon(tmp)
+
+
+def _hold_kept(top: Path, gitdir: Path | None, entries: list[IndexEntry], only: tuple[str, ...]) -> Held | None:
+    """The kept snapshot of the selected index entries, or None: not a plain tree, or held by another review."""
+    from metax_audit import kept_snapshot
+
+    selected = [e for e in entries if _selected(e.path, only)]
+    identity = kept_snapshot.checkout_identity(top, gitdir, entries, selected) if gitdir and selected else None
+    if identity is None:
+        return None
+
+    def run_git(*args: str, input: str | None = None) -> subproc.Completed:
+        return subproc.run(["git", "-C", str(top), *args], env=_GIT_ENV, timeout=300, input=input)
+
+    return kept_snapshot.hold_index(top, selected, identity, run_git)
 
 
 def default_mode(repo: Path | None) -> tuple[SnapshotMode, str | None, str]:
