@@ -121,8 +121,19 @@ def _constant_functions(tree: ast.Module, path: str) -> dict[str, tuple[object, 
 def port_imports(tree: ast.Module, package: str, root: Path) -> dict[str, list[tuple[str, str]]]:
     """The port modules a file imports names from at module level (`from <package>.x import f as g`), as
     file paths under `root` -> [(name, bound name)]; modules not found as files are left out."""
-    top = package.split(".")[0]
     out: dict[str, list[tuple[str, str]]] = {}
+    for base, names in imported_port_modules(tree, package):
+        rel = port_module_file(root, base)
+        if rel is not None:
+            out.setdefault(rel, []).extend(names)
+    return out
+
+
+def imported_port_modules(tree: ast.Module, package: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    """What port_imports reads of a file's tree: each module-level `from <package>.x import ...` as the
+    module's path without suffix ("vllm_metax/x") and its [(name, bound name)], in port_imports' order."""
+    top = package.split(".")[0]
+    out: list[tuple[str, list[tuple[str, str]]]] = []
     stack: list[ast.stmt] = list(tree.body)
     while stack:
         node = stack.pop()
@@ -130,11 +141,13 @@ def port_imports(tree: ast.Module, package: str, root: Path) -> dict[str, list[t
             stack.extend(node.body + node.orelse + [s for h in getattr(node, "handlers", []) for s in h.body])
         if not isinstance(node, ast.ImportFrom) or node.level or (node.module or "").split(".")[0] != top:
             continue
-        base = (node.module or "").replace(".", "/")
-        rel = next((r for r in (f"{base}.py", f"{base}/__init__.py") if (root / r).is_file()), None)
-        if rel is not None:
-            out.setdefault(rel, []).extend((a.name, a.asname or a.name) for a in node.names)
+        out.append(((node.module or "").replace(".", "/"), [(a.name, a.asname or a.name) for a in node.names]))
     return out
+
+
+def port_module_file(root: Path, base: str) -> str | None:
+    """The file under `root` of a module path without suffix ("vllm_metax/x"): x.py, else x/__init__.py."""
+    return next((r for r in (f"{base}.py", f"{base}/__init__.py") if (root / r).is_file()), None)
 
 
 def _constant_attributes(tree: ast.Module, path: str, returns: dict[str, tuple[object, str]]) -> dict[str, dict[str, tuple[object, str]]]:

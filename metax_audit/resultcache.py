@@ -19,7 +19,6 @@ read or written is skipped silently: it only ever costs time."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import hashlib
@@ -265,36 +264,56 @@ def rebase(value: Any, old: str, new: str) -> Any:
 # ---------------------------------------------------------------- per-file compare results
 
 
-def _port_imports(root: Path, rel: str, package: str) -> list[list[str]]:
+def _port_imports(root: Path, rel: str, candidates: list[str], digests: dict[str, str]) -> list[list[str]]:
     """Digests of the port modules a file imports: a class that takes an upstream class's role through
-    the port's own base class elsewhere is compared with what that base defines (compare by role)."""
-    from metax_audit.pysource import find_module, module_name, resolve_relative, scan_imports
+    the port's own base class elsewhere is compared with what that base defines (compare by role).
+    `candidates`: _import_candidates of the file's text."""
+    from metax_audit.pysource import find_module
 
-    try:
-        text = (root / rel).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
+    out = {found for mod in candidates if (found := find_module(root, mod)) and found != rel}
+    for p in out:
+        digests[p] = digests.get(p) or file_digest(root / p)
+    return [[p, digests[p]] for p in sorted(out)]
+
+
+def _import_candidates(rel: str, text: str, package: str) -> list[str]:
+    """The dotted names a file's imports could bind from the port package (a module, or a name in one)."""
+    from metax_audit.pysource import module_name, resolve_relative, scan_imports
+
     out: set[str] = set()
     for stmt in scan_imports(text):
         base = resolve_relative(module_name(rel), rel.endswith("__init__.py"), stmt.level, stmt.module)
         for mod in (base, *(f"{base}.{n}" for n in stmt.names)) if stmt.module or stmt.level else stmt.names:
-            if (mod == package or mod.startswith(package + ".")) and (found := find_module(root, mod)) and found != rel:
-                out.add(found)
-    return [[p, file_digest(root / p)] for p in sorted(out)]
+            if mod == package or mod.startswith(package + "."):
+                out.add(mod)
+    return sorted(out)
 
 
-def _defined_functions(root: Path, max_bytes: int, path: str, tree: ast.Module | None) -> list[str]:
-    """compare.defined_functions kept under the file's bytes: walking every file's whole tree was most of
-    compare_dependencies' cost (0.1 s a review, in the compare child on a staged review's critical path)."""
-    from metax_audit.compare import defined_functions
+def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: str) -> tuple[list[str], list[str], list[str]]:
+    """What the per-file compare keys read of a port file, kept under its bytes (parsing and scanning every
+    port file was most of their cost, in the compare child on a staged review's critical path):
+    compare.file_facts (the functions it defines, the port modules it imports names from) and the
+    _import_candidates of its text. `digests` keeps each file's digest for the review's other keys."""
+    import sys
 
-    entry = key("function-names", path, file_digest(root / path), max_bytes)
-    kept = load("function-names", entry)
-    if isinstance(kept, list):
+    from metax_audit.compare import file_facts
+    from metax_audit.pysource import read_source_cached
+
+    digest = digests[path] = digests.get(path) or file_digest(root / path)
+    entry = key("compare-facts", path, digest, config.max_file_bytes, config.port_package, sys.version_info[:2])
+    kept = load("compare-facts", entry)
+    if isinstance(kept, tuple) and len(kept) == 3:
         return kept
-    names = defined_functions(path, tree)
-    store("function-names", entry, names)
-    return names
+    src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
+    try:
+        text = (root / path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        candidates = []
+    else:
+        candidates = _import_candidates(path, text, config.port_package)
+    facts = (*file_facts(src.tree, config.port_package), candidates)
+    store("compare-facts", entry, facts)
+    return facts
 
 
 def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
@@ -303,6 +322,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     the scope, the config, the upstream and base releases and the tool: a one-file change compares
     one file. Returns the comparison, its findings and how many files were compared now."""
     from metax_audit.compare import compare, compare_dependencies, module_of
+    from metax_audit.compare.side import _PortRefs
 
     scope = frozenset(module_of(f.path) for f in discovery.files)
     # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
@@ -312,10 +332,12 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         for path in {r.location.path, r.resolved_path or ""}:
             regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
     # A file's comparison also reads the platform file and where other port files name its functions.
-    deps = compare_dependencies(discovery.root, config, [f.path for f in discovery.files],
-                                functools.partial(_defined_functions, discovery.root, config.max_file_bytes)) if use_cache else {}
-    keys = {f.path: key("compare-file", f.path, file_digest(discovery.root / f.path), f.parse_error, sorted(regs.get(f.path, [])),
-                        deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, config.port_package))
+    refs = _PortRefs(discovery.root, config.port_package)
+    digests: dict[str, str] = {}
+    facts = {f.path: _file_facts(discovery.root, config, digests, f.path) for f in discovery.files} if use_cache else {}
+    deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if use_cache else {}
+    keys = {f.path: key("compare-file", f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
+                        deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
             for f in discovery.files} if use_cache else {}
     hits: dict[str, Any] = {}
     for path, entry in keys.items():
@@ -328,7 +350,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     if missing or not discovery.files:
         from dataclasses import replace
 
-        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope)
+        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
                 or any(x.location.path not in paths for x in found):

@@ -88,7 +88,7 @@ def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_f
     assert (c, f) == (pc, pf) and n == 1
 
 
-def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Path) -> None:
+def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Path, audit_cache: Path) -> None:
     """compare_dependencies: a file's digest changes when another port file starts or stops naming a
     function it defines, and only then; computed once per name (linear in files)."""
     from metax_audit.compare import compare_dependencies
@@ -110,15 +110,23 @@ def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Pa
     (pkg / "user.py").write_text("def forward():\n    pass\n")
     third = compare_dependencies(tmp_path, AuditConfig(), paths)
     assert all(third[p] != second[p] for p in paths[:3]) and third["vllm_metax/helper.py"] == first["vllm_metax/helper.py"]
-    # cached_compare keeps the functions a file defines under its bytes: the same digests, a new one seen at once
-    import functools
-
+    # cached_compare keeps what it reads of each file (the functions it defines, the port modules it imports,
+    # the imports its key reads) under its bytes: the same digests, a new function or import seen at once
     from metax_audit import resultcache
 
-    kept = functools.partial(resultcache._defined_functions, tmp_path, AuditConfig().max_file_bytes)
-    assert compare_dependencies(tmp_path, AuditConfig(), paths, kept) == third
-    assert compare_dependencies(tmp_path, AuditConfig(), paths, kept) == third  # now from the cache
+    def kept() -> dict[str, str]:
+        return compare_dependencies(tmp_path, AuditConfig(), paths,
+                                    lambda path: resultcache._file_facts(tmp_path, AuditConfig(), {}, path)[:2])
+
+    assert kept() == third
+    assert kept() == third  # now from the cache
     (pkg / "helper.py").write_text("def only_here():\n    return 1\n\ndef forward():\n    return 2\n")
-    fourth = compare_dependencies(tmp_path, AuditConfig(), paths, kept)
+    fourth = kept()
     assert fourth["vllm_metax/helper.py"] != third["vllm_metax/helper.py"]
     assert fourth == compare_dependencies(tmp_path, AuditConfig(), paths)
+    (pkg / "consts.py").write_text("def answer():\n    return True\n")
+    (pkg / "helper.py").write_text("from vllm_metax.consts import answer\n\ndef only_here():\n    return 1\n\ndef forward():\n    return 2\n")
+    fifth = kept()
+    assert fifth["vllm_metax/helper.py"] != fourth["vllm_metax/helper.py"] and fifth == compare_dependencies(tmp_path, AuditConfig(), paths)
+    (pkg / "consts.py").write_text("def answer():\n    return False\n")  # the imported module's bytes are read too
+    assert kept()["vllm_metax/helper.py"] != fifth["vllm_metax/helper.py"]

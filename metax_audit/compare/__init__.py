@@ -5,7 +5,7 @@
 # grouping (one finding per root cause); stage runs them per file.
 from __future__ import annotations
 
-from metax_audit.compare.load import compare_dependencies, defined_functions
+from metax_audit.compare.load import compare_dependencies, defined_functions, file_facts
 from metax_audit.compare.rules import (
     ACTIONS,
     ARCH_CALLS,
@@ -21,4 +21,4 @@ from metax_audit.compare.stage import compare
 from metax_audit.counterparts import module_of
 
 __all__ = ["ACTIONS", "ARCH_CALLS", "FOREIGN_PLATFORM_CALLS", "R_ARCH", "R_DRIFT", "R_DRIFT_TAKEN", "R_UNDECLARED",
-           "R_UNREADABLE", "R_VENDOR_ONLY", "compare", "compare_dependencies", "defined_functions", "module_of"]
+           "R_UNREADABLE", "R_VENDOR_ONLY", "compare", "compare_dependencies", "defined_functions", "file_facts", "module_of"]

@@ -12,38 +12,45 @@ from metax_audit.comments import Comment, CommentMap, iter_statements, read_comm
 from metax_audit.compare.rules import _ARCH_TEXT
 from metax_audit.compare.side import _PortRefs, _Side
 from metax_audit.config import AuditConfig
-from metax_audit.consequence import port_imports
+from metax_audit.consequence import imported_port_modules, port_module_file
 from metax_audit.pysource import read_source_cached
 
 
 def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str],
-                         function_names: Callable[[str, ast.Module | None], list[str]] | None = None) -> dict[str, str]:
+                         facts: Callable[[str], FileFacts] | None = None, refs: _PortRefs | None = None) -> dict[str, str]:
     """What each file's comparison reads besides the file itself, as a digest per file: the platform file
-    (the vendor's fixed answers) and which other port files name the functions the file defines (code the
-    port never calls is judged from them). The per-file result cache keys on it. `function_names` (path,
-    tree -> defined_functions) may answer from a cache."""
-    function_names = function_names or defined_functions
+    (the vendor's fixed answers), which other port files name the functions the file defines (code the
+    port never calls is judged from them) and the port modules it imports constant answers from.
+    The per-file result cache keys on it. `facts` (path -> file_facts of its tree) and `refs`' identifiers
+    may answer from a cache kept under each file's bytes: then no file is parsed."""
+    if facts is None:
+        def facts(path: str) -> FileFacts:
+            return file_facts(read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes).tree,
+                              config.port_package)
     platform = root / config.platform_path
     try:
         base = hashlib.sha1(platform.read_bytes() if platform.is_file() else b"-")
     except OSError:
         base = hashlib.sha1(b"?")
-    refs = _PortRefs(root, config.port_package)
+    refs = refs or _PortRefs(root, config.port_package)
     out: dict[str, str] = {}
     # One digest per name of the files naming it, the file itself included (whether it names its own
     # function is in its own bytes, which its key holds anyway): listing them per file was quadratic
     # when every file defines the same method (`forward` in 10,000 backends: 10,000 sorts of 10,000).
     naming: dict[str, str] = {}
     imported: dict[str, str] = {}
+    files: dict[str, str | None] = {}
     for path in paths:
         h = base.copy()
-        src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
-        names = function_names(path, src.tree)
+        names, modules = facts(path)
         for name in names:
             if name not in naming:
                 naming[name] = hashlib.sha1("\n".join(sorted(refs.files_naming(name))).encode()).hexdigest()
             h.update(f"{name}:{naming[name]};".encode())
-        for rel in sorted(port_imports(src.tree, config.port_package, root)) if src.tree is not None else []:
+        for module in modules:
+            if module not in files:
+                files[module] = port_module_file(root, module)
+        for rel in sorted({r for m in modules if (r := files[m]) is not None}):
             if rel not in imported:  # a port module the file reads constant answers from (each read once)
                 try:
                     imported[rel] = hashlib.sha1((root / rel).read_bytes()).hexdigest()
@@ -54,7 +61,18 @@ def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str],
     return out
 
 
-def defined_functions(path: str, tree: ast.Module | None) -> list[str]:
+# (the functions a file defines, sorted; the port modules it imports names from, as paths without suffix)
+FileFacts = tuple[list[str], list[str]]
+
+
+def file_facts(tree: ast.Module | None, package: str) -> FileFacts:
+    """What compare_dependencies reads of a file's tree (a pure function of its bytes)."""
+    if tree is None:
+        return [], []
+    return defined_functions(tree), sorted({m for m, _ in imported_port_modules(tree, package)})
+
+
+def defined_functions(tree: ast.Module | None) -> list[str]:
     """The names of every function a file defines (sorted): a file's compare key reads who names them."""
     # A def is a statement: walking statements only finds every one (ast.walk visited each expression node too)
     return sorted({n.name for n in iter_statements(tree.body) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}) \

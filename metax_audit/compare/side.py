@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,12 +71,13 @@ class _PortRefs:
     def __init__(self, root: Path, package: str) -> None:
         self._dir = root / package.replace(".", "/")
         self._texts: dict[str, str] | None = None
-        self._index: dict[str, set[str]] = {}
+        self._index: dict[str, list[str]] = {}
         self._cache: dict[tuple[str, str, int, int], list[tuple[str, int]]] = {}
 
     def _load(self) -> dict[str, str]:
         if self._texts is None:
             self._texts = {}
+            index: defaultdict[str, list[str]] = defaultdict(list)
             for f in sorted(self._dir.rglob("*.py")) if self._dir.is_dir() else []:
                 try:
                     rel = f.relative_to(self._dir.parent).as_posix()
@@ -83,7 +85,8 @@ class _PortRefs:
                 except (OSError, UnicodeDecodeError, ValueError):
                     continue
                 for ident in set(re.findall(r"[A-Za-z_]\w*", self._texts[rel])):
-                    self._index.setdefault(ident, set()).add(rel)
+                    index[ident].append(rel)  # once per file: the set has each identifier once
+            self._index = dict(index)
         return self._texts
 
     def files_naming(self, name: str) -> frozenset[str]:

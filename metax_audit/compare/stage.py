@@ -71,11 +71,13 @@ def compare(
     upstream: UpstreamInfo | None,
     base: UpstreamInfo | None = None,
     scope: frozenset[str] | None = None,
+    refs: _PortRefs | None = None,
 ) -> tuple[Comparison, list[Finding]]:
     """Compare each in-scope port file with its upstream counterpart; with `base`, three-way.
     `scope` (dotted modules under review) defaults to discovery's files; the per-file result cache
-    compares a subset of the files against the whole review's scope."""
-    run = _setup(discovery, config, upstream, base, scope)
+    compares a subset of the files against the whole review's scope (and hands over the index of the
+    port's references it built for the files' keys, `refs`)."""
+    run = _setup(discovery, config, upstream, base, scope, refs)
     for src in discovery.files:
         if src.path.endswith(".py"):
             _compare_file(run, src)
@@ -83,9 +85,9 @@ def compare(
 
 
 def _setup(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
-           scope: frozenset[str] | None) -> _Run:
+           scope: frozenset[str] | None, refs: _PortRefs | None = None) -> _Run:
     up_root = upstream.root if upstream else None
-    env = _Env(read_vendor_platform(discovery.root, config.platform_path), _PortRefs(discovery.root, config.port_package),
+    env = _Env(read_vendor_platform(discovery.root, config.platform_path), refs or _PortRefs(discovery.root, config.port_package),
                upstream.version if upstream else None, base.version if base else None,
                vendor_words=frozenset(w for m in config.modification_markers for w in re.findall(r"[a-z]{3,}", m.lower())[:1]))
     registry = read_registry(up_root, config.upstream_package)
