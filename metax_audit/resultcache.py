@@ -350,7 +350,9 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     if missing or not discovery.files:
         from dataclasses import replace
 
-        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs)
+        units = ((lambda parts: load("compare-units", key("compare-units", common, parts))),
+                 (lambda parts, kept: store("compare-units", key("compare-units", common, parts), kept))) if use_cache else None
+        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, units=units)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
                 or any(x.location.path not in paths for x in found):

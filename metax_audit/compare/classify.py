@@ -185,10 +185,11 @@ def _drops_only_absent(ctx: _Ctx, drops: list[str], pn: list[ast.AST]) -> bool:
     name the port's side of the hunk still uses (the call or keyword around it)."""
     kept = {n.id for x in pn for n in ast.walk(x) if isinstance(n, ast.Name)} | {
         k.arg for x in pn for n in ast.walk(x) if isinstance(n, ast.Call) for k in n.keywords if k.arg}
-    absent = (set(ctx.up.funcs) | set(ctx.up.attrs) | set(ctx.up.classes)) - (set(ctx.port.funcs) | set(ctx.port.attrs) | set(ctx.port.classes))
+    upstream = set(ctx.up.funcs) | set(ctx.up.attrs) | set(ctx.up.classes)
     for text in drops:
         for ident in re.findall(r"[A-Za-z_]\w*", text):
-            if ident not in absent and ident not in kept and not keyword.iskeyword(ident):
+            absent = ident in upstream and not ctx.port_defines(ident)
+            if not absent and ident not in kept and not keyword.iskeyword(ident):
                 return False
     return True
 
@@ -358,8 +359,8 @@ def _commented_out_args(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> list[str]:
             callee = _callee(node)
             passed = {k.arg for k in node.keywords if k.arg}
             missing = ucalls.get(callee, set()) - passed
-            for c in ctx.port.comments.comments_in(node.lineno, node.end_lineno or node.lineno):
-                m = re.match(r"\s*(\w+)\s*=", c.text)
+            for text in ctx.comment_texts(node.lineno, node.end_lineno or node.lineno):
+                m = re.match(r"\s*(\w+)\s*=", text)
                 if m and m.group(1) in missing:
                     found.append(f"{callee}:{m.group(1)}")
     return found

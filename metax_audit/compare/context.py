@@ -6,6 +6,7 @@ import ast
 import re
 from dataclasses import dataclass, replace
 
+from metax_audit.compare.memo import MemberUnits, Recorder
 from metax_audit.compare.rules import ACTIONS
 from metax_audit.compare.side import _LEGAL, _Env, _is_code, _short, _Side, _squash, _start
 from metax_audit.consequence import (
@@ -32,14 +33,41 @@ class _Ctx:
     in_scope: frozenset[str] = frozenset()  # dotted modules of the files under review
     env: _Env | None = None
     port_names: frozenset[str] = frozenset()  # names the port defines or imports from its own package
+    units: MemberUnits | None = None  # the file's kept member units (compare/memo.py), None: compute every member
 
     @property
     def platform(self) -> VendorPlatform:
         return self.env.platform if self.env is not None else VendorPlatform()
 
+    @property
+    def log(self) -> Recorder | None:
+        """Where a member unit's reads of the rest of the port are logged while it is computed."""
+        return self.units.recorder if self.units is not None else None
+
     def never_called(self, qual: str, depth: int = 0) -> str:
         """Evidence that the port never calls this function (module-level or private), or "": every
         reference to its name in the port package lies in its own body or in functions never called."""
+        found = self._never_called(qual, depth)
+        if depth == 0 and self.units is not None:
+            self.units.recorder.note(("never-called", qual), found)
+        return found
+
+    def port_defines(self, name: str) -> bool:
+        """The port file defines a function, attribute or class of this (qualified) name."""
+        found = name in self.port.funcs or name in self.port.attrs or name in self.port.classes
+        if self.units is not None:
+            self.units.recorder.note(("port-member", name), found)
+        return found
+
+    def comment_texts(self, first: int, last: int) -> list[str]:
+        """The texts of the port's comments on lines first..last."""
+        found = [c.text for c in self.port.comments.comments_in(first, last)]
+        if self.units is not None:
+            rec = self.units.recorder
+            rec.note(("comments", rec.line(first), rec.line(last)), found)
+        return found
+
+    def _never_called(self, qual: str, depth: int) -> str:
         fn = self.port.funcs.get(qual)
         if fn is None or self.env is None or depth > 3:
             return ""
@@ -87,6 +115,13 @@ class _Ctx:
         return Difference(kind, self.port.path, line, symbol, declared, reason, action, validation, detail, upstream_line)
 
     def declaration(self, first: int, last: int) -> tuple[bool, str]:
+        found = self._declaration(first, last)
+        if self.units is not None:
+            rec = self.units.recorder
+            rec.note(("decl", rec.line(first), rec.line(last)), found)
+        return found
+
+    def _declaration(self, first: int, last: int) -> tuple[bool, str]:
         cm = self.port.comments
         block = cm.block_for(first, last)
         if block is not None:

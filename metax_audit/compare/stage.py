@@ -10,6 +10,7 @@ from pathlib import Path
 
 from metax_audit.compare.grouping import _comparison_findings
 from metax_audit.compare.load import _index, _load, _port_names, _rename_in_place, _same_text
+from metax_audit.compare.memo import MemberUnits, Recorder, logged_names, logged_platform
 from metax_audit.compare.rules import R_UNREADABLE, R_VENDOR_ONLY
 from metax_audit.compare.side import _Env, _PortRefs, _Side
 from metax_audit.compare.structure import _compare_pair
@@ -56,6 +57,7 @@ class _Run:
     in_scope: frozenset[str]
     by_file: dict[str, dict[str, str]]  # registrations discover found, keyed by the file holding the class
     port_loader: Callable[[str], tuple[ast.Module, str] | None]
+    units: UnitStore | None = None  # where each file's member units are kept (the result cache), None: not kept
     findings: list[Finding] = field(default_factory=list)
     files: list[FileComparison] = field(default_factory=list)
     drift_all: list[Difference] = field(default_factory=list)
@@ -72,12 +74,14 @@ def compare(
     base: UpstreamInfo | None = None,
     scope: frozenset[str] | None = None,
     refs: _PortRefs | None = None,
+    units: UnitStore | None = None,
 ) -> tuple[Comparison, list[Finding]]:
     """Compare each in-scope port file with its upstream counterpart; with `base`, three-way.
     `scope` (dotted modules under review) defaults to discovery's files; the per-file result cache
     compares a subset of the files against the whole review's scope (and hands over the index of the
-    port's references it built for the files' keys, `refs`)."""
+    port's references it built for the files' keys, `refs`, and where member units are kept, `units`)."""
     run = _setup(discovery, config, upstream, base, scope, refs)
+    run.units = units
     for src in discovery.files:
         if src.path.endswith(".py"):
             _compare_file(run, src)
@@ -168,7 +172,15 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
     base_side, file_env = _base_side(run, cp, up)
     port_names = _port_names(port, config.port_package)
     file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, path, run.discovery.root, config.port_package))
-    diffs = list(_compare_pair(port, up, cp, base_side, run.in_scope, file_env, port_names))
+    units, parts = None, None
+    if run.units is not None and not _ODD_BREAKS.search(port.text):  # a unit's text is its lines as ast counts them
+        parts = _units_key(path, cp, class_map, port, up, base_side, file_env)
+        units = MemberUnits(run.units[0](parts), Recorder())
+        file_env = replace(file_env, platform=logged_platform(file_env.platform, units.recorder))
+        port_names = logged_names(port_names, units.recorder)
+    diffs = list(_compare_pair(port, up, cp, base_side, run.in_scope, file_env, port_names, units))
+    if run.units is not None and units is not None and parts is not None and (kept := units.to_keep()) is not None:
+        run.units[1](parts, kept)
     drift: list[Difference] = []
     if base_side is not None:
         drift = list(_three_way(port, up, base_side, cp, file_env))
@@ -183,6 +195,29 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
         differences=tuple(diffs), declared_blocks=len(port.comments.blocks),
     ))
     run.findings.extend(_comparison_findings(diffs, drift, cp, file_env))
+
+
+# Line breaks str.splitlines knows and ast does not: a file holding one is compared without member units.
+_ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+# (load(parts) -> the kept units of a file, store(parts, units)): the result cache's, keyed with the tool,
+# the config, the scope and the releases (resultcache.cached_compare).
+UnitStore = tuple[Callable[[tuple[object, ...]], object], Callable[[tuple[object, ...], object], None]]
+
+
+def _units_key(path: str, cp: FileCounterpart, class_map: dict[str, str], port: _Side, up: _Side, base: _Side | None,
+               env: _Env) -> tuple[object, ...]:
+    """What every member unit of a file reads besides its own text and its logged reads: the upstream and
+    base files, the mapping of the file and its classes, the releases' state for the file, the interpreter."""
+    import hashlib
+    import sys
+
+    def digest(text: str | None) -> str | None:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest() if text is not None else None
+
+    return ("member-units", path, cp.upstream_path, cp.how, sorted(class_map.items()), sorted(port.rename.items()),
+            digest(up.text), digest(base.text if base is not None else None), env.target, env.base, env.base_state,
+            sorted(env.vendor_words), sys.version_info[:2])
 
 
 def _base_side(run: _Run, cp: FileCounterpart, up: _Side) -> tuple[_Side | None, _Env]:

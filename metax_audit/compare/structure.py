@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from typing import Any
 
 from metax_audit.comments import iter_statements
 from metax_audit.compare.classify import (
@@ -20,6 +22,8 @@ from metax_audit.compare.classify import (
     _moves,
 )
 from metax_audit.compare.context import _anchor, _Ctx, _inherits, _parent_missing
+from metax_audit.compare.load import _match_lines
+from metax_audit.compare.memo import MemberUnits, names_read, platform_read
 from metax_audit.compare.rules import _ABSENT, _CLASS_ATTR_METHODS, ACTIONS
 from metax_audit.compare.side import (
     _arch_in,
@@ -59,9 +63,11 @@ from metax_audit.pysource import dump
 
 def _compare_pair(port: _Side, up: _Side, cp: FileCounterpart, base: _Side | None = None,
                   in_scope: frozenset[str] = frozenset(), env: _Env | None = None,
-                  port_names: frozenset[str] = frozenset()) -> Iterator[Difference]:
+                  port_names: frozenset[str] = frozenset(), units: MemberUnits | None = None) -> Iterator[Difference]:
+    """The two-way differences of a port file and its upstream counterpart; with `units`, each function's
+    comparison is served from the file's kept member units when what it read is the same (compare/memo.py)."""
     up_comments = {_squash(c.text) for c in up.comments.comments.values()}
-    ctx = _Ctx(port, up, cp, port.rename, up_comments, base, in_scope, env or _default_env(), port_names)
+    ctx = _Ctx(port, up, cp, port.rename, up_comments, base, in_scope, env or _default_env(), port_names, units)
     for d in _compare_imports(ctx):
         yield _member(ctx, d)
     yield from _compare_members(ctx)
@@ -214,7 +220,7 @@ def _compare_members(ctx: _Ctx) -> Iterator[Difference]:
     for qual, ufn in up.funcs.items():
         owner = qual.rsplit(".", 1)[0] if "." in qual else ""
         if qual in port.funcs:
-            yield from _compare_function(ctx, qual, ufn, port.funcs[qual])
+            yield from _function_unit(ctx, qual, ufn, port.funcs[qual])
         elif owner and owner not in port.classes:
             continue  # the whole class is already reported
         elif owner and _inherits(port.classes[owner], owner):
@@ -278,8 +284,9 @@ def _member(ctx: _Ctx, d: Difference) -> Difference:
     elif d.kind == "class-attribute" and "port drops" in d.detail and "port adds" not in d.detail:
         note = "the port narrows the list: the values it drops are refused at backend selection"
     elif d.kind == "signature-changed":
-        fn = ctx.port.funcs.get(d.symbol)
-        binds = _callers_bind(ctx, fn, "." in d.symbol) if fn is not None else ""
+        binds = _callers_bind_of(ctx, d.symbol)
+        if ctx.log is not None:
+            ctx.log.note(("callers-bind", d.symbol), binds)
         note = binds or ("" if kernel_relevant([d.detail]) else NOT_KERNEL)
     elif d.kind == "changed" and d.detail.startswith("the port defines"):
         note = ""
@@ -321,6 +328,11 @@ def _base_behaviour(ctx: _Ctx, ufn: ast.AST) -> str:
     return f"upstream's override only calls the base class on the vendor platform{why}: the port inherits the same behaviour"
 
 
+def _callers_bind_of(ctx: _Ctx, qual: str) -> str:
+    fn = ctx.port.funcs.get(qual)
+    return _callers_bind(ctx, fn, "." in qual) if fn is not None else ""
+
+
 def _callers_bind(ctx: _Ctx, fn: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> str:
     """Every call of the function in the port file binds to the port's own signature: the change is
     consistent with its callers (the calls themselves are compared where they are)."""
@@ -329,7 +341,7 @@ def _callers_bind(ctx: _Ctx, fn: ast.FunctionDef | ast.AsyncFunctionDef, method:
     required = set(params[: len(params) - len(args.defaults)]) | {
         a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None}
     names = set(params) | {a.arg for a in args.kwonlyargs}
-    calls = [c for c in ast.walk(ctx.port.tree) if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] == fn.name]
+    calls = _calls_named(ctx.port, fn.name)
     for call in calls:
         keywords = [k.arg for k in call.keywords]
         if any(isinstance(a, ast.Starred) for a in call.args) or None in keywords:
@@ -342,9 +354,70 @@ def _callers_bind(ctx: _Ctx, fn: ast.FunctionDef | ast.AsyncFunctionDef, method:
     return f"every port call of {fn.name} ({len(calls)}) binds to the port's signature" if calls else ""
 
 
+def _calls_named(side: _Side, name: str) -> list[ast.Call]:
+    """The calls in a file whose callee's last name is the identifier `name`. Such a call's lines spell it
+    (`f(`, `x.f (`, `(x.f)(`), so only nodes holding such a line are walked (all of them where the text's
+    lines are not ast's, an identifier may be spelt in another Unicode form, or a class rename made it)."""
+    tree = side.tree
+    nodes: Iterable[ast.AST]
+    if "\r" in side.text or not side.text.isascii() or name in side.rename.values():
+        nodes = ast.walk(tree)
+    else:
+        nodes = _walk_lines(tree, _match_lines(side.text, re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")))
+    return [c for c in nodes if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] == name]
+
+
+def _walk_lines(tree: ast.AST, lines: frozenset[int]) -> Iterator[ast.AST]:
+    """ast.walk's nodes whose lines (a def's or class's decorators included) hold one of `lines`, and
+    the nodes without lines under them."""
+    ordered = sorted(lines)
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        end = getattr(node, "end_lineno", None)
+        if getattr(node, "lineno", None) is not None and end is not None:
+            i = bisect.bisect_left(ordered, _start(node))
+            if i == len(ordered) or ordered[i] > end:
+                continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
 def _is_logger(stmt: ast.stmt) -> bool:
     value = getattr(stmt, "value", None)
     return isinstance(value, ast.Call) and _callee(value).rsplit(".", 1)[-1].lower() in {"init_logger", "getlogger", "get_logger"}
+
+
+def _function_unit(ctx: _Ctx, qual: str, ufn: ast.AST, pfn: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterable[Difference]:
+    """_compare_function, served from the file's kept member units when they hold it (compare/memo.py)."""
+    if ctx.units is None:
+        return _compare_function(ctx, qual, ufn, pfn)
+    start = _start(pfn)
+    text = "\n".join(ctx.port.lines[start - 1 : pfn.end_lineno])
+    return ctx.units.unit(qual, text, start, lambda: _compare_function(ctx, qual, ufn, pfn), lambda key: _read_now(ctx, key))
+
+
+def _read_now(ctx: _Ctx, key: tuple[Any, ...]) -> Any:
+    """The answer now of a read a member unit logged (compare/memo.py); port lines relative to the unit's start."""
+    kind, start = key[0], ctx.log.start if ctx.log is not None else 0
+    if kind == "decl":
+        return ctx.declaration(key[1] + start, key[2] + start)
+    if kind == "comments":
+        return ctx.comment_texts(key[1] + start, key[2] + start)
+    if kind == "never-called":
+        return ctx.never_called(key[1])
+    if kind == "callers-bind":
+        return _callers_bind_of(ctx, key[1])
+    if kind == "port-member":
+        return ctx.port_defines(key[1])
+    if kind == "platform":
+        return platform_read(ctx.platform, key)
+    if kind in {"port-name", "port-names"}:
+        return names_read(ctx.port_names, key)
+    return _UNKNOWN  # a read this code does not know: never the same answer
+
+
+_UNKNOWN = object()
 
 
 def _compare_function(ctx: _Ctx, qual: str, ufn: ast.AST, pfn: ast.AST) -> Iterator[Difference]:
