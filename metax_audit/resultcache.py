@@ -350,9 +350,9 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     if missing or not discovery.files:
         from dataclasses import replace
 
-        units = ((lambda parts: load("compare-units", key("compare-units", common, parts))),
-                 (lambda parts, kept: store("compare-units", key("compare-units", common, parts), kept))) if use_cache else None
-        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, units=units)
+        kept = ((lambda parts: load("compare-parts", key("compare-parts", common, parts))),
+                (lambda parts, value: store("compare-parts", key("compare-parts", common, parts), value))) if use_cache else None
+        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
                 or any(x.location.path not in paths for x in found):

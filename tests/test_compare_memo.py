@@ -203,3 +203,38 @@ def test_a_file_with_line_breaks_ast_does_not_count_is_compared_whole(trees: tup
 
 def test_fixture_text_is_plain() -> None:
     assert textwrap.dedent(PORT_TEXT) == PORT_TEXT and textwrap.dedent(UP_TEXT) == UP_TEXT
+
+
+def test_calls_named_finds_what_a_walk_of_the_whole_tree_finds() -> None:
+    """_callers_bind's calls of a function: only the nodes whose source spells the name are walked."""
+    import ast
+
+    from metax_audit.comments import CommentMap
+    from metax_audit.compare.side import _callee, _Side
+    from metax_audit.compare.structure import _calls_named
+
+    texts = [textwrap.dedent('''\
+        # a comment — with ≥ non-ASCII text before the calls
+        def name():
+            pass
+
+        class K:
+            @deco.name(1)
+            def f(self):
+                (lambda: x.name)()
+                s = "éé"; (a if c else b.name)()
+                x.y[0].name(1)
+                name(2); q = [name(3) for _ in name(4)]
+                f"{name(5)} é {name(7)}"
+                (x
+                 .name)(6)
+                other.name_2(8), name_3(9)
+        '''), PORT_TEXT, UP_TEXT, "ｎａｍｅ(1)\nname(2)\n"]  # the last spells the name in full-width letters too
+    for text in texts:
+        tree = ast.parse(text)
+        side = _Side("x.py", text, tree, CommentMap({}, (), frozenset()))
+        for name in ("name", "plan", "kernel_call", "fast_kernel", "use_fast_path", "missing"):
+            walked = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] == name]
+            assert sorted(map(id, _calls_named(side, name))) == sorted(map(id, walked)), (name, text[:40])
+    assert len(_calls_named(_Side("x.py", texts[0], ast.parse(texts[0]), CommentMap({}, (), frozenset())), "name")) == 10
+    assert len(_calls_named(_Side("x.py", texts[3], ast.parse(texts[3]), CommentMap({}, (), frozenset())), "name")) == 2

@@ -107,13 +107,20 @@ def _port_names(side: _Side, package: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _load(path: Path, rel: str, config: AuditConfig, port_side: bool = True) -> _Side | None:
+def _load(path: Path, rel: str, config: AuditConfig, port_side: bool = True,
+          kept: Callable[[str, Callable[[], CommentMap]], CommentMap] | None = None) -> _Side | None:
+    """One side of a comparison; `kept(text, compute)` may answer the port side's comments from a cache."""
     src = read_source_cached(path.parent, path.name, config.max_file_bytes)
     if src.tree is None or src.text is None:
         return None
     text, tree = src.text, src.tree
     # Upstream comments only serve to recognise comments the port copied: a line scan is enough.
-    comments = read_comments(text, config.modification_markers, tree) if port_side else _rough_comments(text)
+    if not port_side:
+        comments = _rough_comments(text)
+    elif kept is None:
+        comments = read_comments(text, config.modification_markers, tree)
+    else:
+        comments = kept(text, lambda: read_comments(text, config.modification_markers, tree))
     side = _Side(rel, text, tree, comments, lines=text.splitlines())
     # A cheap text prefilter: only statements on these lines are walked for capability checks.
     side.arch_lines = _match_lines(text, _ARCH_TEXT)

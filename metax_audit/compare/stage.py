@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 from metax_audit.compare.grouping import _comparison_findings
 from metax_audit.compare.load import _index, _load, _port_names, _rename_in_place, _same_text
@@ -14,10 +17,12 @@ from metax_audit.compare.memo import MemberUnits, Recorder, logged_names, logged
 from metax_audit.compare.rules import R_UNREADABLE, R_VENDOR_ONLY
 from metax_audit.compare.side import _Env, _PortRefs, _Side
 from metax_audit.compare.structure import _compare_pair
-from metax_audit.compare.three_way import _reclassify_followed, _three_way
+from metax_audit.compare.three_way import _reclassify_followed, _three_way, _upstream_changes
 from metax_audit.compare_roles import compare_roles
 from metax_audit.config import AuditConfig
 from metax_audit.consequence import (
+    VendorPlatform,
+    port_imports,
     read_vendor_platform,
 )
 from metax_audit.counterparts import (
@@ -57,7 +62,7 @@ class _Run:
     in_scope: frozenset[str]
     by_file: dict[str, dict[str, str]]  # registrations discover found, keyed by the file holding the class
     port_loader: Callable[[str], tuple[ast.Module, str] | None]
-    units: UnitStore | None = None  # where each file's member units are kept (the result cache), None: not kept
+    kept: KeptStore | None = None  # where file-level parts and member units are kept (the result cache), None: nowhere
     findings: list[Finding] = field(default_factory=list)
     files: list[FileComparison] = field(default_factory=list)
     drift_all: list[Difference] = field(default_factory=list)
@@ -74,14 +79,14 @@ def compare(
     base: UpstreamInfo | None = None,
     scope: frozenset[str] | None = None,
     refs: _PortRefs | None = None,
-    units: UnitStore | None = None,
+    kept: KeptStore | None = None,
 ) -> tuple[Comparison, list[Finding]]:
     """Compare each in-scope port file with its upstream counterpart; with `base`, three-way.
     `scope` (dotted modules under review) defaults to discovery's files; the per-file result cache
     compares a subset of the files against the whole review's scope (and hands over the index of the
-    port's references it built for the files' keys, `refs`, and where member units are kept, `units`)."""
+    port's references it built for the files' keys, `refs`, and where parts of a file's comparison are kept, `kept`)."""
     run = _setup(discovery, config, upstream, base, scope, refs)
-    run.units = units
+    run.kept = kept
     for src in discovery.files:
         if src.path.endswith(".py"):
             _compare_file(run, src)
@@ -129,7 +134,8 @@ def _compare_file(run: _Run, src: SourceFile) -> None:
     if src.parse_error:  # discover already reported it (MXA001 / MXA002)
         files.append(FileComparison(src.path, None, vendor_only=False))
         return
-    port = _load(run.discovery.root / src.path, src.path, config)
+    port = _load(run.discovery.root / src.path, src.path, config, kept=lambda text, compute: _kept(
+        run, ("comments", _digest(text), list(config.modification_markers), sys.version_info[:2]), compute))
     if port is None:
         files.append(FileComparison(src.path, None, vendor_only=False))
         findings.append(make_finding(R_UNREADABLE, Location(src.path), f"{src.path} could not be parsed; not compared"))
@@ -170,20 +176,24 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
         _rename_in_place(port.tree, port.rename)
     _index(port, class_map)
     base_side, file_env = _base_side(run, cp, up)
-    port_names = _port_names(port, config.port_package)
-    file_env = replace(file_env, platform=file_env.platform.with_file(port.tree, path, run.discovery.root, config.port_package))
+    renamed = (_digest(port.text), sorted(port.rename.items()))  # what the port side's (renamed) tree is made of
+    port_names = _kept(run, ("port-names", *renamed, config.port_package), lambda: _port_names(port, config.port_package))
+    file_env = replace(file_env, platform=_with_file(run, file_env.platform, port, path, renamed))
     units, parts = None, None
-    if run.units is not None and not _ODD_BREAKS.search(port.text):  # a unit's text is its lines as ast counts them
+    if run.kept is not None and not _ODD_BREAKS.search(port.text):  # a unit's text is its lines as ast counts them
         parts = _units_key(path, cp, class_map, port, up, base_side, file_env)
-        units = MemberUnits(run.units[0](parts), Recorder())
+        units = MemberUnits(run.kept[0](parts), Recorder())
         file_env = replace(file_env, platform=logged_platform(file_env.platform, units.recorder))
         port_names = logged_names(port_names, units.recorder)
     diffs = list(_compare_pair(port, up, cp, base_side, run.in_scope, file_env, port_names, units))
-    if run.units is not None and units is not None and parts is not None and (kept := units.to_keep()) is not None:
-        run.units[1](parts, kept)
+    if run.kept is not None and units is not None and parts is not None and (kept := units.to_keep()) is not None:
+        run.kept[1](parts, kept)
     drift: list[Difference] = []
     if base_side is not None:
-        drift = list(_three_way(port, up, base_side, cp, file_env))
+        sides = base_side
+        changes = _kept(run, ("upstream-changes", _digest(base_side.text), _digest(up.text), sys.version_info[:2]),
+                        lambda: list(_upstream_changes(sides, up)))
+        drift = list(_three_way(port, up, base_side, cp, file_env, changes))
         diffs = _reclassify_followed(diffs, drift)
         # Hunks the port kept in the base form belong to the three-way view too.
         seen = {(d.symbol, d.line) for d in drift}
@@ -200,23 +210,55 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
 # Line breaks str.splitlines knows and ast does not: a file holding one is compared without member units.
 _ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
-# (load(parts) -> the kept units of a file, store(parts, units)): the result cache's, keyed with the tool,
-# the config, the scope and the releases (resultcache.cached_compare).
-UnitStore = tuple[Callable[[tuple[object, ...]], object], Callable[[tuple[object, ...], object], None]]
+# (load(parts) -> what is kept under parts or None, store(parts, value)): the result cache's, keyed with the
+# tool, the config, the scope and the releases (resultcache.cached_compare).
+KeptStore = tuple[Callable[[tuple[object, ...]], Any], Callable[[tuple[object, ...], object], None]]
+
+_T = TypeVar("_T")
+
+
+def _kept(run: _Run, parts: tuple[object, ...], compute: Callable[[], _T]) -> _T:
+    """compute(), a pure function of what `parts` names, kept under it."""
+    if run.kept is None:
+        return compute()
+    found = run.kept[0](parts)
+    if isinstance(found, tuple) and len(found) == 1:
+        return found[0]  # type: ignore[no-any-return]
+    value = compute()
+    run.kept[1](parts, (value,))
+    return value
+
+
+def _digest(text: str | None) -> str | None:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest() if text is not None else None
+
+
+def _with_file(run: _Run, platform: VendorPlatform, port: _Side, path: str, renamed: tuple[object, ...]) -> VendorPlatform:
+    """platform.with_file for the port file, its own part (the constant functions, also those it imports
+    from the port's modules, the constant attributes, the KV-cache dtypes) kept under the file's text and
+    the imported modules' bytes."""
+    root, package = run.discovery.root, run.config.port_package
+    if run.kept is None:
+        return platform.with_file(port.tree, path, root, package)
+    imported = [(rel, _file_bytes_digest(root / rel)) for rel in sorted(port_imports(port.tree, package, root))]
+    own = _kept(run, ("with-file", path, *renamed, package, imported, sys.version_info[:2]),
+                lambda: replace(VendorPlatform().with_file(port.tree, path, root, package), answers={}))
+    return replace(own, answers=platform.answers)
+
+
+def _file_bytes_digest(path: Path) -> str:
+    try:
+        return hashlib.blake2b(path.read_bytes(), digest_size=20).hexdigest()
+    except OSError as exc:
+        return f"unreadable: {exc.errno}"
 
 
 def _units_key(path: str, cp: FileCounterpart, class_map: dict[str, str], port: _Side, up: _Side, base: _Side | None,
                env: _Env) -> tuple[object, ...]:
     """What every member unit of a file reads besides its own text and its logged reads: the upstream and
     base files, the mapping of the file and its classes, the releases' state for the file, the interpreter."""
-    import hashlib
-    import sys
-
-    def digest(text: str | None) -> str | None:
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest() if text is not None else None
-
     return ("member-units", path, cp.upstream_path, cp.how, sorted(class_map.items()), sorted(port.rename.items()),
-            digest(up.text), digest(base.text if base is not None else None), env.target, env.base, env.base_state,
+            _digest(up.text), _digest(base.text if base is not None else None), env.target, env.base, env.base_state,
             sorted(env.vendor_words), sys.version_info[:2])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import bisect
 import difflib
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -22,7 +23,6 @@ from metax_audit.compare.classify import (
     _moves,
 )
 from metax_audit.compare.context import _anchor, _Ctx, _inherits, _parent_missing
-from metax_audit.compare.load import _match_lines
 from metax_audit.compare.memo import MemberUnits, names_read, platform_read
 from metax_audit.compare.rules import _ABSENT, _CLASS_ATTR_METHODS, ACTIONS
 from metax_audit.compare.side import (
@@ -355,32 +355,82 @@ def _callers_bind(ctx: _Ctx, fn: ast.FunctionDef | ast.AsyncFunctionDef, method:
 
 
 def _calls_named(side: _Side, name: str) -> list[ast.Call]:
-    """The calls in a file whose callee's last name is the identifier `name`. Such a call's lines spell it
-    (`f(`, `x.f (`, `(x.f)(`), so only nodes holding such a line are walked (all of them where the text's
-    lines are not ast's, an identifier may be spelt in another Unicode form, or a class rename made it)."""
+    """The calls in a file whose callee's last name is the identifier `name`. Such a call's source spells
+    it (`f(`, `x.f (`, `(x.f)(`), so only the nodes holding a place where the text spells it are walked
+    (all of them where the text's lines are not ast's, an identifier could be spelt in another Unicode
+    form, or a class rename made the name)."""
     tree = side.tree
     nodes: Iterable[ast.AST]
-    if "\r" in side.text or not side.text.isascii() or name in side.rename.values():
+    if "\r" in side.text or not name.isascii() or _spells_ascii_otherwise(side.text) or name in side.rename.values():
         nodes = ast.walk(tree)
     else:
-        nodes = _walk_lines(tree, _match_lines(side.text, re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")))
-    return [c for c in nodes if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] == name]
+        nodes = _walk_holding_any(tree, _places(side.text, name))
+    return [c for c in nodes if isinstance(c, ast.Call) and _last_name_is(c, name)]
 
 
-def _walk_lines(tree: ast.AST, lines: frozenset[int]) -> Iterator[ast.AST]:
-    """ast.walk's nodes whose lines (a def's or class's decorators included) hold one of `lines`, and
-    the nodes without lines under them."""
-    ordered = sorted(lines)
+@functools.lru_cache(maxsize=8)
+def _spells_ascii_otherwise(text: str) -> bool:
+    """The text holds a character that Python's identifier normalization (NFKC) turns into ASCII or nothing."""
+    if text.isascii():
+        return False
+    import unicodedata
+
+    for c in set(text):
+        if not c.isascii():
+            normal = unicodedata.normalize("NFKC", c)
+            if not normal or any(x.isascii() for x in normal):
+                return True
+    return False
+
+
+def _places(text: str, name: str) -> list[tuple[int, int]]:
+    """(line, UTF-8 column: ast's col_offset) of each place `name` is spelt as a word in `text`, in order."""
+    data = _utf8(text)
+    word = name.encode()
+    out: list[tuple[int, int]] = []
+    line, pos, at = 1, 0, data.find(word)
+    while at >= 0:
+        after = at + len(word)
+        if (at == 0 or not _WORD_BYTE[data[at - 1]]) and (after == len(data) or not _WORD_BYTE[data[after]]):
+            line += data.count(b"\n", pos, at)
+            pos = at
+            out.append((line, at - (data.rfind(b"\n", 0, at) + 1)))
+        at = data.find(word, after)
+    return out
+
+
+_WORD_BYTE = [chr(b).isalnum() or chr(b) == "_" if b < 128 else False for b in range(256)]
+
+
+@functools.lru_cache(maxsize=8)
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _walk_holding_any(tree: ast.AST, places: list[tuple[int, int]]) -> Iterator[ast.AST]:
+    """ast.walk's nodes whose source (a def's or class's decorators included) holds one of `places`, and
+    the nodes without a position under them."""
     todo = [tree]
     while todo:
         node = todo.pop()
-        end = getattr(node, "end_lineno", None)
-        if getattr(node, "lineno", None) is not None and end is not None:
-            i = bisect.bisect_left(ordered, _start(node))
-            if i == len(ordered) or ordered[i] > end:
+        end_line, end_col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+        if getattr(node, "lineno", None) is not None and end_line is not None and end_col is not None:
+            decorated = getattr(node, "decorator_list", None)
+            start = (_start(node), 0) if decorated else (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+            i = bisect.bisect_left(places, start)
+            if i == len(places) or places[i] >= (end_line, end_col):
                 continue
         yield node
         todo.extend(ast.iter_child_nodes(node))
+
+
+def _last_name_is(call: ast.Call, name: str) -> bool:
+    """_callee(call).rsplit(".", 1)[-1] == name, without unparsing a name or an attribute."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id == name
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr == name
+    return _callee(call).rsplit(".", 1)[-1] == name
 
 
 def _is_logger(stmt: ast.stmt) -> bool:

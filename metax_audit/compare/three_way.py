@@ -60,10 +60,13 @@ def _upstream_changes(base: _Side, target: _Side) -> Iterator[_Change]:
             yield _Change("attribute-changed", key, f"upstream changed {key}: {_value(old_attr)} -> {_value(stmt)}", stmt.lineno)
 
 
-def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart, env: _Env | None = None) -> Iterator[Difference]:
+def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart, env: _Env | None = None,
+               changes: list[_Change] | None = None) -> Iterator[Difference]:
+    """Upstream's changes between the base and target release (`changes`, when kept: _upstream_changes of
+    the two), each followed by the port or not."""
     rename = port.rename
     ctx = _Ctx(port, target, cp, rename, {_squash(c.text) for c in target.comments.comments.values()}, env=env)
-    for ch in _upstream_changes(base, target):
+    for ch in _upstream_changes(base, target) if changes is None else changes:
         followed, line, span = _followed(ctx, ch)
         if followed is None:
             continue
