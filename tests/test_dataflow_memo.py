@@ -54,3 +54,22 @@ def test_an_edit_is_seen_by_the_walk_that_entered_the_edited_file(tmp_path: Path
     changed = _follow(root, True)
     assert changed == _follow(root, False)
     assert changed != before
+
+
+def test_a_served_review_parses_no_module_and_an_edit_reaches_the_scope(tmp_path: Path, audit_cache: Path, monkeypatch) -> None:
+    from metax_audit.dataflow import analysis
+
+    root = _port(tmp_path)
+    first = _follow(root, True)
+    loaded: list[str] = []
+    real = analysis.load_module
+    monkeypatch.setattr(analysis, "load_module", lambda r, p: loaded.append(p) or real(r, p))
+    assert _follow(root, True) == first
+    assert loaded == []  # every walk served and every module's search entry kept under its bytes
+    # A method added to a class of one file is an implementation every search by that name now finds:
+    # the kept entry of that file is read again, and the result equals a fresh walk.
+    path = root / MERGE
+    path.write_text(path.read_text() + "\n\nclass _Added:\n    def forward(self, x):\n        return x\n")
+    again = _follow(root, True)
+    assert loaded == [MERGE]
+    assert again == _follow(root, False)

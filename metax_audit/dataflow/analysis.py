@@ -74,6 +74,27 @@ def _probe(conv: Convention, probe: str) -> ProbeRequest | None:
     return None
 
 
+SCOPE_KIND = "dataflow-scope"
+
+
+@dataclass(frozen=True)
+class ScopeEntry:
+    """What the searches by name (Analysis.implementations, Analysis.global_ctor) read of one module
+    in scope: a function of the file's bytes, kept under them (Analysis.load_scope)."""
+
+    module: str
+    methods: tuple[tuple[str, frozenset[str]], ...]  # each class, in the module's order, with its method names
+    ctor_names: dict[str, frozenset[str]]  # PortModule.ctor_names
+
+
+def scope_entry(mod: PortModule | None) -> ScopeEntry | None:
+    if mod is None:
+        return None
+    methods = tuple((cname, frozenset(m.name for m in cls.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)))
+                    for cname, cls in mod.classes.items())
+    return ScopeEntry(mod.module, methods, {k: frozenset(v) for k, v in mod.ctor_names.items()})
+
+
 class Analysis:
     def __init__(self, root: Path, contracts: Contracts, port_package: str) -> None:
         self.root, self.contracts, self.port = root, contracts, port_package
@@ -82,7 +103,9 @@ class Analysis:
         # The modules in scope: what a search by name looks through. Modules loaded later (a helper's
         # module outside the scope) are not searched, so an answer never depends on which file's walk
         # loaded what first, and each file's walk is a unit of its own (dataflow/memo.py).
-        self._scope: tuple[PortModule, ...] = ()
+        self._scope_paths: tuple[str, ...] = ()
+        self._scope: tuple[ScopeEntry, ...] | None = None  # built on the first search (see scope())
+        self._scope_cached = False
         self._impl_cache: dict[str, list[Fn]] = {}
         self._ctor_cache: dict[str, str | None] = {}
         self.log: UnitReads | None = None  # set while one file's walk runs for the memo
@@ -103,9 +126,40 @@ class Analysis:
             self.log.files.add(path)
         return (self.root / path).is_file()
 
-    def load_scope(self, paths: Sequence[str]) -> None:
-        """Load the modules in scope; searches by name look through these only."""
-        self._scope = tuple(m for m in (self.module(p) for p in paths) if m is not None)
+    def load_scope(self, paths: Sequence[str], *, cached: bool = False) -> None:
+        """The modules in scope: searches by name look through these only. What a search needs of
+        each (ScopeEntry) is read on the first search; with `cached`, from the entries kept under
+        each file's bytes, so that a review whose walks are served parses no module at all."""
+        self._scope_paths = tuple(paths)
+        self._scope = None
+        self._scope_cached = cached
+
+    def scope(self) -> tuple[ScopeEntry | None, ...]:
+        """Each module in scope as searches see it (None: the file does not parse), in scope order."""
+        if self._scope is None:
+            self._scope = tuple(self._scope_entries())
+        return self._scope
+
+    def parses(self, path: str) -> bool:
+        """Whether a module in scope loads (without loading it when its entry is kept)."""
+        return self.scope()[self._scope_paths.index(path)] is not None
+
+    def _scope_entries(self) -> list[ScopeEntry | None]:
+        if not self._scope_cached:
+            return [scope_entry(self.module(p)) for p in self._scope_paths]
+        from metax_audit import resultcache
+
+        entry = resultcache.key(SCOPE_KIND, self.port, self._scope_paths)
+        kept = resultcache.load(SCOPE_KIND, entry)
+        kept = kept if isinstance(kept, dict) else {}
+        now: dict[str, tuple[str | None, ScopeEntry | None]] = {}
+        for p in self._scope_paths:
+            digest = resultcache.content_state(self.root / p)
+            then = kept.get(p)
+            now[p] = then if then is not None and then[0] == digest else (digest, scope_entry(self.module(p)))
+        if now != kept:
+            resultcache.store(SCOPE_KIND, entry, now)
+        return [now[p][1] for p in self._scope_paths]
 
     def match(self, cands: Sequence[Fn]) -> tuple[Convention | None, Fn | None]:
         for c in cands:
@@ -174,9 +228,9 @@ class Analysis:
             return self._impl_cache[method]
         found = [
             Fn(f"{mod.module}.{cname}.{method}", via="dynamic-dispatch")
-            for mod in self._scope
-            for cname, cls in mod.classes.items()
-            if any(isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == method for m in cls.body)
+            for mod in self.scope() if mod is not None
+            for cname, methods in mod.methods
+            if method in methods
         ]
         self._impl_cache[method] = sorted(found, key=lambda f: f.dotted) if 0 < len(found) <= MAX_ALTS else []
         return self._impl_cache[method]
@@ -187,8 +241,9 @@ class Analysis:
             self.log.ctor_names.add(name)
         if name not in self._ctor_cache:  # valid once the scope is loaded (follow loads it first)
             found: set[str] = set()
-            for mod in self._scope:
-                found |= mod.ctor_names.get(name.lstrip("_"), set())
+            for mod in self.scope():
+                if mod is not None:
+                    found |= mod.ctor_names.get(name.lstrip("_"), frozenset())
             self._ctor_cache[name] = next(iter(found)) if len(found) == 1 else None
         return self._ctor_cache[name]
 
@@ -250,6 +305,12 @@ def _relevant(mod: PortModule, fn: ast.FunctionDef | ast.AsyncFunctionDef, words
     return any(w in text for w in words)
 
 
+def _walk_path(an: Analysis, path: str) -> Recorder:
+    mod = an.module(path)
+    assert mod is not None  # in scope and parses (follow asks first)
+    return _walk_unit(an, mod)
+
+
 def _walk_unit(an: Analysis, mod: PortModule) -> Recorder:
     """One file's walk, with a recorder of its own (merged in file order by follow)."""
     outer, an.res = an.res, Recorder()
@@ -304,15 +365,15 @@ def follow(root: Path, files: Sequence[str], contracts: Contracts, *, port_packa
     what it reads) a unit whose reads are unchanged is served from the dataflow memo."""
     an = Analysis(Path(root), contracts, port_package)
     paths = sorted(p for p in set(files) if p.endswith(".py"))
-    an.load_scope(paths)  # load everything first: name-based fallbacks must not depend on file order
+    # the whole scope, before any walk: name-based fallbacks must not depend on file order
+    an.load_scope(paths, cached=memo_common is not None)
     memo = DataflowMemo(an, memo_common)
     total = Recorder()
     for path in paths:
-        mod = an.module(path)
-        if mod is None:
+        if not an.parses(path):
             total.add_unresolved(Location(path), path, "file could not be parsed; its flows were not followed")
             continue
-        total.merge(memo.unit(path, partial(_walk_unit, an, mod)))
+        total.merge(memo.unit(path, partial(_walk_path, an, path)))
     an.res = total
     flows = sorted(an.res.flows.values(), key=lambda f: (f.consumer.location, f.consumer.arg, f.producer.location))
     # An argument untraced on one path (a loop's first pass) but traced on another is not unresolved.
