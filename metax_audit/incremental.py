@@ -127,6 +127,11 @@ class CompareAhead:
         self.used = False  # whether take() gave the child's result
         self.early = False  # started before discover (start_compare_early)
 
+    @property
+    def predicted(self) -> Discovery | None:
+        """The widened discovery the child compares (what the trace is expected to widen discovery to)."""
+        return self._predicted
+
     def predicts(self, discovery: Discovery, inputs: tuple[UpstreamInfo | None, UpstreamInfo | None]) -> bool:
         """Whether the child compares what the compare stage would with this discovery and these releases."""
         return self._child is not None and self._predicted is not None and self.inputs == inputs \
@@ -154,6 +159,12 @@ class CompareAhead:
         if self._child is not None:
             self._child.close()
             self._child = None
+
+
+def same_files(a: Discovery, b: Discovery) -> bool:
+    """Whether two discoveries hold the same files (root, paths, modules, reasons, parse problems) and
+    registrations: what the checks and the dataflow started during the trace read of a discovery."""
+    return _compare_view(a) == _compare_view(b)
 
 
 def _compare_view(discovery: Discovery) -> tuple[object, ...]:

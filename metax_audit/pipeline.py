@@ -79,6 +79,7 @@ class _Run:
     findings: list[Finding] = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)  # run when the review ends, however
     export: tuple[str, ...] = ()  # what the snapshot exported (the revision memo's key, incremental.py)
+    during_trace: bool = False  # the imports/attributes checks and the dataflow ran during the trace (_after_trace)
 
     @contextmanager
     def stage(self, name: str, progress: Progress, detail: str = "") -> Iterator[list[str]]:
@@ -271,17 +272,16 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     ahead = start_compare(background.fork, discovery, st.config, upstream, base, repo=st.snap.repo,
                           paths=st.options.paths, use_cache=not st.options.no_cache, early=early)  # during the trace
     symbols = _symbols(st, upstream, base)
+    during = _start_during_trace(st, ahead.predicted, symbols, upstream, base, background)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     stand_ins = _stack_pins_stage(st)
-    binding = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache,
-                                      _binding_memo_common(st, upstream, base)))  # beside compare
-    contracts, dataflow = _start_dataflow(st, discovery, background)
+    binding, (contracts, dataflow) = _after_trace(st, discovery, trace, symbols, upstream, base, background, during)
     collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
     from metax_audit.checks.memo import FileMemo
 
     memo = FileMemo(discovery.root, enabled=not st.options.no_cache)  # per-file results of checks and triage
-    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding.result, memo)
+    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding, memo)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
@@ -402,11 +402,64 @@ def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | No
                              base_root=base.root if base else None, base_version=base.version if base else None)
 
 
+@dataclass(frozen=True)
+class _DuringTrace:
+    """The work started during the trace on the discovery it is predicted to widen to (the last review's
+    reached files; incremental.start_compare): kept only when the trace widens discovery to exactly that."""
+
+    predicted: Discovery
+    discovery_checks: Forked[tuple[list[Finding], list[Finding]]]
+    contracts: Contracts | None
+    dataflow: Forked[_FlowResult]
+
+
+def _start_during_trace(st: _Stages, predicted: Discovery | None, symbols: SymbolTable, upstream: UpstreamInfo | None,
+                        base: UpstreamInfo | None, background: _Background) -> _DuringTrace | None:
+    """The checks that read no trace (imports, attributes) and the dataflow, in children on the other
+    core while this process traces: they read the discovery's files only, which a one-file change
+    does not alter. Nothing starts without a prediction (a first review, --no-cache)."""
+    if predicted is None:
+        return None
+    from metax_audit.checks import discovery_checks
+
+    checks = background.fork(partial(discovery_checks, predicted, symbols, use_cache=not st.options.no_cache,
+                                     memo_common=_binding_memo_common(st, upstream, base)))
+    contracts, dataflow = _start_dataflow(st, predicted, background)
+    return _DuringTrace(predicted, checks, contracts, dataflow)
+
+
+def _after_trace(st: _Stages, discovery: Discovery, trace: TraceResult, symbols: SymbolTable, upstream: UpstreamInfo | None,
+                 base: UpstreamInfo | None, background: _Background, during: _DuringTrace | None,
+                 ) -> tuple[Callable[[], list[Finding]], tuple[Contracts | None, Forked[_FlowResult]]]:
+    """The binding checks (waited for by the checks stage) and the dataflow child: what started during
+    the trace when the trace widened discovery as predicted, the rest (or all of it) started now."""
+    from metax_audit.incremental import same_files
+
+    memo_common = _binding_memo_common(st, upstream, base)
+    if during is not None and same_files(during.predicted, discovery):
+        calls = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache, memo_common,
+                                        calls_only=True))
+        early = during.discovery_checks
+        st.run.during_trace = True
+
+        def binding() -> list[Finding]:
+            first, second = early.result()
+            return [*first, *calls.result(), *second]  # the order of binding_checks
+
+        return binding, (during.contracts, during.dataflow)
+    if during is not None:
+        during.discovery_checks.close()
+        during.dataflow.close()
+    binding_child = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache,
+                                            memo_common))  # beside compare
+    return binding_child.result, _start_dataflow(st, discovery, background)
+
+
 def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, use_cache: bool = False,
-                    memo_common: list[str] | None = None) -> list[Finding]:
+                    memo_common: list[str] | None = None, calls_only: bool = False) -> list[Finding]:
     from metax_audit.checks import binding_checks
 
-    return binding_checks(discovery, trace, symbols, use_cache=use_cache, memo_common=memo_common)
+    return binding_checks(discovery, trace, symbols, use_cache=use_cache, memo_common=memo_common, calls_only=calls_only)
 
 
 def _binding_memo_common(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> list[str]:
@@ -503,7 +556,8 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         # The forked binding checks are waited for last, once the work above is done (same order of findings).
         found = [*stack, *binding(), *op_names, *capabilities]
         st.run.findings = absorb_consequences([*st.run.findings, *found])
-        notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None and memo.hits else ""))
+        notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None and memo.hits else "")
+                     + ("; imports and attributes checked during the trace" if st.run.during_trace else ""))
         st.run.findings += inactive
     return facts
 
@@ -523,7 +577,8 @@ def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[_
 
         flows, flow_findings, flow_unresolved = dataflow.result()
         st.run.findings += flow_findings
-        notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed")
+        notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed"
+                     + ("; followed during the trace" if st.run.during_trace else ""))
     return flows
 
 

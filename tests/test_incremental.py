@@ -75,6 +75,10 @@ def test_incremental_review_equals_full_review(committed_demo: Path, tmp_path: P
     # none of the edits adds a file or moves a registration: the compare child started before discover
     # on the discovery the last review ended with (incremental.start_compare_early)
     assert "started before discover" in notes["compare"], notes["compare"]
+    # ... and the checks that read no trace and the dataflow ran during the trace, on that discovery
+    assert "imports and attributes checked during the trace" in notes["checks"], notes["checks"]
+    assert "followed during the trace" in notes["dataflow"], notes["dataflow"]
+    assert "during the trace" not in {s["name"]: s["note"] for s in full["stages"]}["checks"]
     assert "without a snapshot" not in {s["name"]: s["note"] for s in full["stages"]}["baseline"]
     # the checks' per-file work (checks/memo.py): the edited file's recomputed, every other file's reused
     memo = re.search(r"per-file memo: (\d+) reused, (\d+) computed", notes["checks"])

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # The checks the pipeline runs itself: inactive paths (over the comparison) and the judgement of
 # the dataflow stage's facts (run with it in the forked child).
 __all__ = ["FileMemo", "absorb_consequences", "binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths",
-           "checks_for_review", "counterpart_paths", "dataflow_for_review", "op_findings", "op_table_for_review", "run_checks",
+           "checks_for_review", "counterpart_paths", "dataflow_for_review", "discovery_checks", "op_findings", "op_table_for_review", "run_checks",
            "upstream_calls"]
 
 
@@ -68,15 +68,14 @@ def checks_for_review(
     yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls, vendor_ops=vendor_ops, memo=memo)
 
 
-def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, *, use_cache: bool = False,
-                   memo_common: list[str] | None = None) -> list[Finding]:
-    """Imports, attributes and call bindings of port code against port and upstream sources, asked of
-    the review's one symbol table. Needs no stack facts (kernel imports and calls are the stack
-    checks' part), so the pipeline runs it beside compare and introspection (in a process of its
-    own: its per-file memo is its own, under another kind). With `memo_common` each caller file's call
-    bindings are a unit of the trace memo (check_bindings)."""
+def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, use_cache: bool = False,
+                     memo_common: list[str] | None = None) -> tuple[list[Finding], list[Finding]]:
+    """The part of the binding checks that reads the discovery and the symbol table only, not the
+    trace: imports and TYPE_CHECKING names (first), attribute reads (second). The pipeline may run
+    it during the trace, on the discovery the trace is predicted to widen to (incremental.py). Its
+    per-file memo is its own, under another kind (it runs in a process of its own). With `memo_common`
+    each file's missing imports are a unit of the trace memo (check_port_imports)."""
     from metax_audit.checks.attributes import check_attributes
-    from metax_audit.checks.binding import check_bindings
     from metax_audit.checks.imports import check_port_imports, check_type_checking_names
 
     memo = FileMemo(discovery.root, enabled=use_cache, kind="binding-file")
@@ -85,11 +84,24 @@ def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTabl
         from metax_audit.trace.memo import TraceMemo
 
         units = TraceMemo(symbols.index, ["imports", *memo_common], use_cache=use_cache)
-    found = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo),
-             *check_bindings(discovery.root, trace, symbols, memo_common, use_cache=use_cache),
-             *check_attributes(discovery, symbols, memo)]
+    first = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo)]
+    second = list(check_attributes(discovery, symbols, memo))
     memo.save()
-    return found
+    return first, second
+
+
+def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, *, use_cache: bool = False,
+                   memo_common: list[str] | None = None, calls_only: bool = False) -> list[Finding]:
+    """Imports, attributes and call bindings of port code against port and upstream sources, asked of
+    the review's one symbol table. Needs no stack facts (kernel imports and calls are the stack
+    checks' part), so the pipeline runs it beside compare and introspection. With `calls_only`, the
+    call bindings alone (the rest, discovery_checks, ran during the trace). With `memo_common` each
+    caller file's call bindings are a unit of the trace memo (check_bindings)."""
+    from metax_audit.checks.binding import check_bindings
+
+    first, second = ([], []) if calls_only else discovery_checks(discovery, symbols, use_cache=use_cache,
+                                                                  memo_common=memo_common)
+    return [*first, *check_bindings(discovery.root, trace, symbols, memo_common, use_cache=use_cache), *second]
 
 
 def dataflow_for_review(discovery: Discovery, config: AuditConfig, contracts: Contracts | None,
