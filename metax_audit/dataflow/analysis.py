@@ -104,7 +104,7 @@ class Analysis:
         # module outside the scope) are not searched, so an answer never depends on which file's walk
         # loaded what first, and each file's walk is a unit of its own (dataflow/memo.py).
         self._scope_paths: tuple[str, ...] = ()
-        self._scope: tuple[ScopeEntry, ...] | None = None  # built on the first search (see scope())
+        self._scope: tuple[ScopeEntry | None, ...] | None = None  # built on the first search (see scope())
         self._scope_cached = False
         self._impl_cache: dict[str, list[Fn]] = {}
         self._ctor_cache: dict[str, str | None] = {}
