@@ -34,6 +34,14 @@ import sys
 import tempfile
 
 
+def _griffe() -> str:
+    """griffe's own script beside this interpreter, as the review runs with sys.executable itself: the
+    `griffe` on PATH may be a version manager's shim (pyenv's is a bash script that resolves the version
+    first: 0.3-1.0 s on this machine), which would time the shim, not griffe, and flatter every ratio."""
+    here = os.path.join(os.path.dirname(sys.executable), "griffe")
+    return here if os.access(here, os.X_OK) else shutil.which("griffe") or "griffe"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("repo")
@@ -60,7 +68,7 @@ def main() -> int:
         review += ["--python", args.python]
     if args.base:
         review += ["--base", args.base]
-    griffe = [shutil.which("griffe") or "griffe", "check", args.package, "-a", args.old, "-b", args.rev]
+    griffe = [_griffe(), "check", args.package, "-a", args.old, "-b", args.rev]
     # The review runs in-process under a tiny wrapper so its own ru_maxrss can be read at exit;
     # RUSAGE_CHILDREN of the probe then gives the largest process of the whole tree.
     # (at exit: the CLI ends with os._exit once its atexit handlers ran, so a `finally` would not run)
