@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from metax_audit.forked import Forked
     from metax_audit.models import Comparison, Discovery, Finding, UpstreamInfo
 
-_CompareResult = tuple["Comparison", list["Finding"], int]
+_CompareResult = tuple["Comparison", list["Finding"], "resultcache.CompareWork"]
 
 
 # ---------------------------------------------------------------- revision memo

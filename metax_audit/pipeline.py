@@ -519,11 +519,13 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
     with st.run.stage("compare", st.progress) as notes:
         from metax_audit.resultcache import cached_compare
 
-        comparison, compare_findings, recomputed = (ahead and ahead.take(discovery, upstream, base)) or cached_compare(
+        comparison, compare_findings, work = (ahead and ahead.take(discovery, upstream, base)) or cached_compare(
             discovery, st.config, upstream, base, use_cache=not st.options.no_cache)
         st.run.findings += compare_findings
         notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences"
-                     + (f"; {recomputed} recomputed, the rest from the per-file cache" if recomputed < len(comparison.files) else "")
+                     + (f"; {work.files} recomputed, the rest from the per-file cache" if work.files < len(comparison.files) else "")
+                     + (f"; of their functions {work.functions_reused} reused, {work.functions_compared} compared"
+                        if work.functions_reused else "")
                      + ("; compared during the trace" if ahead and ahead.used else "")
                      + (" (started before discover)" if ahead and ahead.used and ahead.early else ""))
     return comparison

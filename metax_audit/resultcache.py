@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from metax_audit.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
 
@@ -316,13 +316,24 @@ def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: 
     return facts
 
 
+class CompareWork(NamedTuple):
+    """What cached_compare computed now: files compared, and their functions served from the kept
+    member units or compared (compare/memo.py)."""
+
+    files: int
+    functions_reused: int = 0
+    functions_compared: int = 0
+
+
 def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
-                   use_cache: bool = True) -> tuple[Comparison, list[Finding], int]:
+                   use_cache: bool = True) -> tuple[Comparison, list[Finding], CompareWork]:
     """compare.compare, with each file's result kept under a key of its bytes, its registrations,
     the scope, the config, the upstream and base releases and the tool: a one-file change compares
-    one file. Returns the comparison, its findings and how many files were compared now."""
+    one file, and of it the functions whose text or reads changed. Returns the comparison, its findings
+    and what was compared now."""
     from metax_audit.compare import compare, compare_dependencies, module_of
     from metax_audit.compare.side import _PortRefs
+    from metax_audit.compare.stage import KeptStore
 
     scope = frozenset(module_of(f.path) for f in discovery.files)
     # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
@@ -347,18 +358,19 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     missing = tuple(f for f in discovery.files if f.path not in hits)
     fresh: dict[str, tuple[list[FileComparison], list[Difference], list[Finding]]] = {}
     comparison = None
+    kept: KeptStore | None = None
     if missing or not discovery.files:
         from dataclasses import replace
 
-        kept = ((lambda parts: load("compare-parts", key("compare-parts", common, parts))),
-                (lambda parts, value: store("compare-parts", key("compare-parts", common, parts), value))) if use_cache else None
+        kept = KeptStore(lambda parts: load("compare-parts", key("compare-parts", common, parts)),
+                         lambda parts, value: store("compare-parts", key("compare-parts", common, parts), value)) if use_cache else None
         comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
                 or any(x.location.path not in paths for x in found):
             # a result not tied to one file cannot be kept per file: compare everything, keep nothing
             comparison, found = compare(discovery, config, upstream, base)
-            return comparison, found, len(discovery.files)
+            return comparison, found, CompareWork(len(discovery.files))
         # grouped in one pass (every path is one of `missing`, checked above): a scan of all results
         # per file was quadratic, 5 s of a 2,000-file review
         fresh = {f.path: ([], [], []) for f in missing}
@@ -380,4 +392,5 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         drift += part[1]
         findings += part[2]
     unique = list({x.site: x for x in findings}.values())
-    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, len(missing)
+    work = CompareWork(len(missing), kept.functions_reused, kept.functions_compared) if kept is not None else CompareWork(len(missing))
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, work

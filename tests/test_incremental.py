@@ -79,6 +79,10 @@ def test_incremental_review_equals_full_review(committed_demo: Path, tmp_path: P
     assert "imports and attributes checked during the trace" in notes["checks"], notes["checks"]
     assert "followed during the trace" in notes["dataflow"], notes["dataflow"]
     assert "during the trace" not in {s["name"]: s["note"] for s in full["stages"]}["checks"]
+    # of the files compared again, each function whose text and reads are unchanged is reused (compare/memo.py)
+    units = re.search(r"of their functions (\d+) reused, (\d+) compared", notes["compare"])
+    assert units is not None and int(units[1]) > 0, notes["compare"]
+    assert "of their functions" not in {s["name"]: s["note"] for s in full["stages"]}["compare"]
     assert "without a snapshot" not in {s["name"]: s["note"] for s in full["stages"]}["baseline"]
     # the checks' per-file work (checks/memo.py): the edited file's recomputed, every other file's reused
     memo = re.search(r"per-file memo: (\d+) reused, (\d+) computed", notes["checks"])

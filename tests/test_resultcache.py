@@ -78,7 +78,7 @@ def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_f
             found = discover.discover(snap.root, config)
             plain = compare(found, config, up)
             comparison, findings, recomputed = cached_compare(found, config, up)
-            return comparison, [(f.id, f.content) for f in findings], recomputed, plain[0], [(f.id, f.content) for f in plain[1]]
+            return comparison, [(f.id, f.content) for f in findings], recomputed.files, plain[0], [(f.id, f.content) for f in plain[1]]
 
     c, f, n, pc, pf = both("rev")
     assert (c, f) == (pc, pf) and n > 1

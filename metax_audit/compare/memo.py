@@ -188,7 +188,8 @@ class MemberUnits:
         self.used: dict[str, list[_Entry]] = {}
         self.recorder = recorder
         self.changed = False
-        self.computed = 0  # units computed now (the rest were served)
+        self.computed = 0  # units computed now
+        self.served = 0  # units served from the kept ones
 
     def unit(self, qual: str, text: str, start: int, compute: Callable[[], Iterable[Difference]],
              read_now: Callable[[tuple[Any, ...]], Any]) -> list[Difference]:
@@ -204,6 +205,7 @@ class MemberUnits:
             rec.start = start
             if all(read_now(k) == v for k, v in entry.reads.items()):
                 self.used[ukey] = entries
+                self.served += 1
                 return [replace(d, line=d.line + delta) if delta and d.line else d for d in entry.diffs]
         rec.reads, rec.start = {}, start
         try:

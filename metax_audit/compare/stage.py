@@ -182,12 +182,15 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
     units, parts = None, None
     if run.kept is not None and not _ODD_BREAKS.search(port.text):  # a unit's text is its lines as ast counts them
         parts = _units_key(path, cp, class_map, port, up, base_side, file_env)
-        units = MemberUnits(run.kept[0](parts), Recorder())
+        units = MemberUnits(run.kept.load(parts), Recorder())
         file_env = replace(file_env, platform=logged_platform(file_env.platform, units.recorder))
         port_names = logged_names(port_names, units.recorder)
     diffs = list(_compare_pair(port, up, cp, base_side, run.in_scope, file_env, port_names, units))
-    if run.kept is not None and units is not None and parts is not None and (kept := units.to_keep()) is not None:
-        run.kept[1](parts, kept)
+    if run.kept is not None and units is not None and parts is not None:
+        run.kept.functions_reused += units.served
+        run.kept.functions_compared += units.computed
+        if (kept := units.to_keep()) is not None:
+            run.kept.store(parts, kept)
     drift: list[Difference] = []
     if base_side is not None:
         sides = base_side
@@ -210,9 +213,16 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
 # Line breaks str.splitlines knows and ast does not: a file holding one is compared without member units.
 _ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
-# (load(parts) -> what is kept under parts or None, store(parts, value)): the result cache's, keyed with the
-# tool, the config, the scope and the releases (resultcache.cached_compare).
-KeptStore = tuple[Callable[[tuple[object, ...]], Any], Callable[[tuple[object, ...], object], None]]
+@dataclass
+class KeptStore:
+    """Where parts of the files' comparisons are kept: load(parts) -> what is kept under parts or None,
+    store(parts, value) (the result cache's, keyed with the tool, the config, the scope and the releases:
+    resultcache.cached_compare); and how many functions were served from it or compared."""
+
+    load: Callable[[tuple[object, ...]], Any]
+    store: Callable[[tuple[object, ...], object], None]
+    functions_reused: int = 0
+    functions_compared: int = 0
 
 _T = TypeVar("_T")
 
@@ -221,11 +231,11 @@ def _kept(run: _Run, parts: tuple[object, ...], compute: Callable[[], _T]) -> _T
     """compute(), a pure function of what `parts` names, kept under it."""
     if run.kept is None:
         return compute()
-    found = run.kept[0](parts)
+    found = run.kept.load(parts)
     if isinstance(found, tuple) and len(found) == 1:
         return found[0]  # type: ignore[no-any-return]
     value = compute()
-    run.kept[1](parts, (value,))
+    run.kept.store(parts, (value,))
     return value
 
 
