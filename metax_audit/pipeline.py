@@ -320,7 +320,7 @@ def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background,
     from metax_audit.checks import dataflow_for_review
     from metax_audit.contracts import project_contracts
 
-    contracts = project_contracts()
+    contracts = project_contracts(use_cache=not st.options.no_cache)
     memo_common = None if st.options.no_cache else ["dataflow"]  # each file's walk kept with what it read
     return contracts, background.fork(partial(dataflow_for_review, discovery, st.config, contracts, memo_common))
 

@@ -2,6 +2,7 @@
 # confirm, contradict or leave observations not checkable, and stale versions are reported.
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,26 @@ def test_probe_arguments_order_and_dict_view():
     (obs,) = data["observations"]
     assert obs["status"] == "confirmed" and obs["recorded"] == "confirmed" and obs["stale"] is False
     assert data["conventions"][0]["lse_base"] == "2"
+
+
+def test_project_contracts_are_kept_under_the_files_bytes(tmp_path: Path, audit_cache: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import metax_audit.contracts as contracts_mod
+
+    doc = tmp_path / "component-contracts.md"
+    doc.write_text(DOC, encoding="utf-8")
+    monkeypatch.setattr(contracts_mod, "default_contracts_path", lambda: doc)
+    fresh = contracts_to_dict(contracts_mod.project_contracts())
+    first = contracts_mod.project_contracts(use_cache=True)  # parsed and kept
+    assert contracts_to_dict(first) == fresh
+    # the dataflow memo keys on the pickled contracts: a served copy pickles to the same bytes
+    assert pickle.dumps(contracts_mod.project_contracts(use_cache=True)) == pickle.dumps(first)
+    parsed: list[str] = []
+    real_parse = contracts_mod.parse_contracts
+    monkeypatch.setattr(contracts_mod, "parse_contracts", lambda text, path: parsed.append(path) or real_parse(text, path))
+    assert contracts_to_dict(contracts_mod.project_contracts(use_cache=True)) == fresh and parsed == []  # unchanged: not parsed
+    doc.write_text(DOC.replace("LSE is base 2", "LSE is base e"), encoding="utf-8")
+    edited = contracts_to_dict(contracts_mod.project_contracts(use_cache=True))
+    assert parsed == ["component-contracts.md"] and edited != fresh
+    assert edited["observations"][0]["claim"] == "LSE is base e"
+    assert contracts_to_dict(contracts_mod.project_contracts()) == edited and parsed == ["component-contracts.md"] * 2

@@ -262,3 +262,31 @@ def test_an_edited_editable_checkout_changes_the_fingerprint(tmp_path: Path) -> 
     # a distribution that provides none of the targets is not walked
     assert [d[1] for d in introspect_cache._path_entry_fingerprint(site, ["other"])[1]] == ["RECORD"]
     assert [d[1] for d in before[1]] == ["RECORD", "editable"]
+
+
+def test_a_complete_release_in_the_cache_is_fingerprinted_by_its_marker(audit_cache: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from metax_audit.upstream import COMPLETE_MARKER
+
+    release = audit_cache / "upstream" / "fakevllm-1.0"
+    module = release / "fakevllm" / "ops.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def op(x):\n    return x\n", encoding="utf-8")
+    (release / COMPLETE_MARKER).write_text("fakevllm==1.0\n", encoding="utf-8")
+    walked: list[Path] = []
+    real_walk = introspect_cache._tree_fingerprint
+    monkeypatch.setattr(introspect_cache, "_tree_fingerprint", lambda root, *a: walked.append(root) or real_walk(root, *a))
+    before = introspect_cache._root_fingerprint(release)
+    assert walked == [] and before[1] == "complete"  # its files are not stat-ed
+    (release / COMPLETE_MARKER).write_text("fakevllm==1.0 (extracted again)\n", encoding="utf-8")
+    assert introspect_cache._root_fingerprint(release) != before  # a new extraction is a new key
+    # an interrupted extraction (no marker), or a directory outside the cache: every file's stat
+    (release / COMPLETE_MARKER).unlink()
+    assert introspect_cache._root_fingerprint(release) == real_walk(release) and walked == [release]
+    checkout = tmp_path / "checkout"
+    (checkout / "fakevllm").mkdir(parents=True)
+    (checkout / COMPLETE_MARKER).write_text("fakevllm==1.0\n", encoding="utf-8")
+    first = introspect_cache._root_fingerprint(checkout)
+    _bump(checkout / COMPLETE_MARKER, "fakevllm==1.0\n")
+    (checkout / "fakevllm" / "new.py").write_text("x = 1\n", encoding="utf-8")
+    assert introspect_cache._root_fingerprint(checkout) != first and walked[-1] == checkout

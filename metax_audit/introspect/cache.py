@@ -123,7 +123,7 @@ def _cache_keys(interpreter: str, targets: list[str], extra_path: Sequence[Path]
         "extra_path": [str(p) for p in extra_path],
         "static_roots": [str(p) for p in roots],
         "path": [_path_entry_fingerprint(Path(p), tops) for p in paths if p],
-        "roots": [_tree_fingerprint(Path(r)) for r in roots],
+        "roots": [_root_fingerprint(Path(r)) for r in roots],
     }
     seen = {**data, "targets": [], "static_roots": [], "roots": [],
             "path": [_path_entry_fingerprint(Path(p), []) for p in paths if p] if tops else data["path"]}
@@ -233,6 +233,24 @@ def _editable_source(meta: Path, tops: list[str]) -> Path | None:
 def _dir_stat(path: Path) -> list[int]:
     st = path.stat()
     return [st.st_size, st.st_mtime_ns]
+
+
+def _root_fingerprint(root: Path) -> list[Any]:
+    """A static root's fingerprint: a release extracted into the cache (upstream, stack sources) is
+    never changed once its completion marker is written (a new extraction writes a new marker), so
+    the marker stands for its files (a stat of each of vLLM's 2,238 files took 0.06 s every review);
+    any other root by the stat of every file."""
+    from metax_audit.cachedir import cache_root
+    from metax_audit.upstream import COMPLETE_MARKER
+
+    try:
+        if root.parent.parent == cache_root() and root.parent.name in ("upstream", "stack-sources"):
+            marker = root / COMPLETE_MARKER
+            st = marker.stat()
+            return [str(root), "complete", marker.read_text(encoding="utf-8"), st.st_size, st.st_mtime_ns]
+    except (OSError, ValueError):
+        pass
+    return _tree_fingerprint(root)
 
 
 def _tree_fingerprint(root: Path, suffixes: tuple[str, ...] | None = None) -> list[Any]:
