@@ -353,7 +353,7 @@ def _discover_stage(st: _Stages) -> Discovery:
     from metax_audit import discover as discover_mod
 
     with st.run.stage("discover", st.progress) as notes:
-        discovery = discover_mod.discover(st.snap.root, st.config, st.options.paths)
+        discovery = discover_mod.discover(st.snap.root, st.config, st.options.paths, use_cache=not st.options.no_cache)
         if not discovery.files and not discovery.left_out:
             raise AuditError(
                 f"no file of {st.config.port_package!r} is in scope in this snapshot: is --repo the port's checkout, "
@@ -486,7 +486,7 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
         trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None, symbols, memo_common,
                                          memo_count)
         if trace.reached_files:
-            discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files)
+            discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files, use_cache=not st.options.no_cache)
             st.run.findings += discover_mod.coverage_findings(
                 replace(discovery, files=tuple(f for f in discovery.files if f.reason == "reached-by-trace")))
         st.run.findings += trace_mod.trace_findings(trace)

@@ -160,6 +160,45 @@ def content_state(path: Path) -> str | None:
         return f"unreadable: {exc.errno}"
 
 
+class FileProducts:
+    """Products of one kind computed from single files (a file's imports, its parse status), each kept
+    under the file's path and text plus `common` (what else they read: tool, settings), all in one
+    entry: one load per review instead of one per file. Disabled (--no-cache), get() always computes."""
+
+    def __init__(self, kind: str, *common: Any, enabled: bool = True) -> None:
+        self.kind = kind
+        self.entry = key(kind, *common) if enabled else None
+        self._stored: dict[tuple[str, str], Any] | None = None
+        self._used: dict[tuple[str, str], Any] = {}
+        self._fresh = 0
+
+    def get(self, path: str, text: str, compute: Callable[[], Any]) -> Any:
+        if self.entry is None:
+            return compute()
+        name = (path, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest())
+        if name in self._used:
+            return self._used[name]
+        if self._stored is None:
+            stored = load(self.kind, self.entry)
+            self._stored = stored if isinstance(stored, dict) else {}
+        if name in self._stored:
+            value = self._stored[name]
+        else:
+            value = compute()
+            self._fresh += 1
+        self._used[name] = value
+        return value
+
+    def save(self) -> None:
+        """Store what this review used, then up to as many entries of earlier states (HEAD and the
+        staged state alternate); nothing is written when everything was found."""
+        if self.entry is None or not self._fresh:
+            return
+        older = [(k, v) for k, v in (self._stored or {}).items() if k not in self._used][: max(len(self._used), 64)]
+        store(self.kind, self.entry, {**self._used, **dict(older)})
+        self._stored, self._fresh = {**(self._stored or {}), **self._used}, 0
+
+
 DEFAULT_LIMIT_MB = 1024
 TRIM_EVERY_S = 600.0
 

@@ -14,6 +14,7 @@ from metax_audit.models import (
     RegistrationKind,
 )
 from metax_audit.pysource import (
+    ParsedSource,
     find_module,
     line_numbers,
     module_name,
@@ -270,18 +271,23 @@ def _returned_registrations(sources: _Sources, platform: str, config: AuditConfi
     return out
 
 
+def _visited(src: ParsedSource) -> list[tuple[RegistrationKind, str, str, int, bool]] | None:
+    """What the file registers (_RegistrationVisitor.found); None when it has no tree."""
+    if src.tree is None or src.text is None:
+        return None
+    visitor = _RegistrationVisitor(src.path, module_name(src.path), src.text, src.tree)
+    visitor.visit(src.tree.body)
+    return visitor.found
+
+
 def _registrations(sources: _Sources, files: Iterable[str], resolver: _Resolver) -> tuple[Registration, ...]:
     out: list[Registration] = []
     for rel in files:
         text = sources.text(rel)
         if text is None or not _REG_WORDS.search(text):
             continue
-        src = sources.get(rel)
-        if src.tree is None or src.text is None:
-            continue
-        visitor = _RegistrationVisitor(rel, module_name(rel), src.text, src.tree)
-        visitor.visit(src.tree.body)
-        for kind, name, class_path, line, literal in visitor.found:
+        found = sources.product("registrations", rel, text, lambda r, _: _visited(sources.get(r)))
+        for kind, name, class_path, line, literal in found or ():
             where = resolver.resolve(class_path) if literal and _DOTTED.match(class_path) else None
             out.append(Registration(kind=kind, name=name, class_path=class_path,
                                     location=Location(rel, line, name), resolved=where is not None,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from metax_audit.config import AuditConfig, python_files, scope_files
 from metax_audit.errors import DiscoverError
@@ -22,6 +24,11 @@ from metax_audit.pysource import (
     read_source_cached,
     read_text,
 )
+
+if TYPE_CHECKING:
+    from metax_audit.resultcache import FileProducts
+
+_T = TypeVar("_T")
 
 # ------------------------------------------------------------------ scope
 
@@ -84,13 +91,17 @@ def _narrow(root: Path, scoped: dict[str, SourceReason], paths: Sequence[str]
 
 
 class _Sources:
-    """Reads each snapshot file at most once per run, with the configured size limit; parses on demand."""
+    """Reads each snapshot file at most once per run, with the configured size limit; parses on demand.
+    With `use_cache`, what discover takes from single files (parse status, registrations, top-level
+    bindings, imports) is kept in the result cache under the file's text (see product)."""
 
-    def __init__(self, root: Path, max_bytes: int) -> None:
+    def __init__(self, root: Path, max_bytes: int, *, use_cache: bool = False) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.use_cache = use_cache
         self._texts: dict[str, tuple[str | None, ParseProblem | None]] = {}
         self._parsed: dict[str, ParsedSource] = {}
+        self._products: dict[str, FileProducts] = {}
         self.keep: set[str] = set()
 
     def text(self, rel: str) -> str | None:
@@ -105,15 +116,41 @@ class _Sources:
             self._parsed[rel] = read_source_cached(self.root, rel, self.max_bytes)
         return self._parsed[rel]
 
+    def product(self, kind: str, rel: str, text: str, compute: Callable[[str, str], _T]) -> _T:
+        """compute(rel, text): a product of this file alone (and of the interpreter's parser), kept
+        under its path and text; the file's text was read by text(rel)."""
+        products = self._products.get(kind)
+        if products is None:
+            from metax_audit.resultcache import FileProducts
+
+            products = self._products[kind] = FileProducts(f"discover-{kind}", sys.version, enabled=self.use_cache)
+        return cast(_T, products.get(rel, text, lambda: compute(rel, text)))
+
+    def save(self) -> None:
+        """Keep the products computed in this run (see product)."""
+        for products in self._products.values():
+            products.save()
+
     def status(self, rel: str) -> ParsedSource:
         """Whether the file parses, without keeping its tree: holding thousands of trees alive makes
-        the garbage collector rescan them on every allocation burst, which dominated large scopes."""
+        the garbage collector rescan them on every allocation burst, which dominated large scopes.
+        A file that names a registration is parsed (the registrations read its tree, and so do the
+        checks in the children forked later, which share this process's parses); the compiler's
+        verdict on any other is a product of its text."""
         if rel in self._parsed:
             return self._parsed[rel]
         text = self.text(rel)
         if text is not None and (_REG_WORDS.search(text) or rel in self.keep):
             return self.get(rel)
+        if text is not None:
+            problem, lines = self.product("compiled", rel, text, _compile_status)
+            return ParsedSource(rel, text, None, problem, lines)
         return check_source(rel, *self._texts[rel])
+
+
+def _compile_status(rel: str, text: str) -> tuple[ParseProblem | None, int]:
+    src = check_source(rel, text, None)
+    return src.problem, src.lines
 
 
 def _source_file(src: ParsedSource, reason: SourceReason) -> SourceFile:
