@@ -549,7 +549,7 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
 
         up_calls = upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
         facts = collect_facts()
-        ops = op_table_for_review(discovery, st.config, upstream, facts)
+        ops = op_table_for_review(discovery, st.config, upstream, facts, use_cache=not st.options.no_cache)
         stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
         op_names = op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
         capabilities = list(check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,

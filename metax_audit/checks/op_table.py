@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metax_audit.checks.op_registrations import (
     _DOTTED_TAIL,
@@ -23,6 +26,9 @@ from metax_audit.checks.op_registrations import (
     python_registrations,
 )
 from metax_audit.models import UpstreamInfo
+
+if TYPE_CHECKING:
+    from metax_audit.resultcache import FileProducts
 
 # ---------------------------------------------------------------- building the table
 
@@ -57,10 +63,18 @@ def registration_snippets(text: str) -> ast.Module | None:
     return ast.Module(body=body, type_ignores=[]) if body else None
 
 
+def _python_file(text: str, where: str, provider: str, default_ns: str,
+                 ) -> tuple[list[OpRegistration], list[tuple[str, str]]] | None:
+    tree = registration_snippets(text)
+    return None if tree is None else python_registrations(tree, where, provider, default_ns)
+
+
 def scan_python(root: Path, package: str, provider: str, default_ns: str,
-                refs: dict[str, set[str]] | None = None) -> tuple[list[OpRegistration], list[tuple[str, str]], str]:
+                refs: dict[str, set[str]] | None = None, products: FileProducts | None = None,
+                ) -> tuple[list[OpRegistration], list[tuple[str, str]], str]:
     """Registrations of every module of `package` under `root` (and, with refs, every torch.ops.<ns>.<op>
-    the sources name). An empty `default_ns` is read from the module defining direct_register_custom_op."""
+    the sources name). An empty `default_ns` is read from the module defining direct_register_custom_op.
+    With `products`, each module's registrations are kept under its text, provider and namespace."""
     texts: list[tuple[Path, str]] = []
     for path in _py_files(root, package):
         try:
@@ -77,10 +91,12 @@ def scan_python(root: Path, package: str, provider: str, default_ns: str,
                 refs.setdefault(ns, set()).add(op)
         if not any(w in text for w in _PY_REG_WORDS):
             continue
-        tree = registration_snippets(text)
-        if tree is None:
+        where = path.relative_to(root).as_posix()
+        read = products.get(f"{where}|{provider}|{default_ns}", text, partial(_python_file, text, where, provider, default_ns)) \
+            if products is not None else _python_file(text, where, provider, default_ns)
+        if read is None:
             continue
-        found, dyn = python_registrations(tree, path.relative_to(root).as_posix(), provider, default_ns)
+        found, dyn = read
         regs += found
         dynamic += dyn
     return regs, dynamic, default_ns
@@ -95,7 +111,8 @@ def _native_files(root: Path, prefixes: Iterable[str]) -> list[Path]:
     return out
 
 
-def _scan_native(files: list[Path], root: Path, regs: list[OpRegistration], macro: dict[str, OpRegistration]) -> None:
+def _scan_native(files: list[Path], root: Path, regs: list[OpRegistration], macro: dict[str, OpRegistration],
+                 products: FileProducts | None = None) -> None:
     for path in files:
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -103,7 +120,9 @@ def _scan_native(files: list[Path], root: Path, regs: list[OpRegistration], macr
             continue
         if "TORCH_LIBRARY" not in text:
             continue
-        found, mac = cpp_registrations(text, path.relative_to(root).as_posix(), "port C++")
+        where = path.relative_to(root).as_posix()
+        found, mac = products.get(where, text, partial(cpp_registrations, text, where, "port C++")) \
+            if products is not None else cpp_registrations(text, where, "port C++")
         regs += found
         for k, v in mac.items():
             macro.setdefault(k, v)
@@ -171,9 +190,15 @@ def upstream_registrations(upstream: UpstreamInfo,
 def build_table(root: Path, port_package: str, native_prefixes: Iterable[str], upstream: UpstreamInfo | None,
                 compiled_names: frozenset[str] | None = None, compiled_note: str = "",
                 manifest_ops: dict[str, tuple[str, ...]] | None = None,
-                op_packages: dict[str, str] | None = None) -> OpTable:
+                op_packages: dict[str, str] | None = None, *, use_cache: bool = False) -> OpTable:
     """Read every provider: the port's Python and C++ (snapshot), upstream's Python (and the op names its
-    compiled extensions define, when the caller could read them), the stack manifest's torch.ops."""
+    compiled extensions define, when the caller could read them), the stack manifest's torch.ops. With
+    `use_cache`, what each port source registers is kept in the result cache under its text (parsing the
+    registration calls of the port's modules and C++ files was 0.1 s a review)."""
+    from metax_audit.resultcache import FileProducts
+
+    python_products = FileProducts("op-table-python", sys.version, enabled=use_cache)
+    native_products = FileProducts("op-table-native", enabled=use_cache)
     macro: dict[str, OpRegistration] = {}
     read: list[str] = []
     up_regs: list[OpRegistration] = []
@@ -182,10 +207,12 @@ def build_table(root: Path, port_package: str, native_prefixes: Iterable[str], u
     up_default = ""
     if upstream is not None and upstream.root is not None:
         up_regs, up_dynamic, refs, up_default = upstream_registrations(upstream)
-    regs, dynamic, _ = scan_python(root, port_package, "port python", up_default)
+    regs, dynamic, _ = scan_python(root, port_package, "port python", up_default, products=python_products)
     read.append(f"port python ({port_package}, snapshot)")
     native = _native_files(root, native_prefixes)
-    _scan_native(native, root, regs, macro)
+    _scan_native(native, root, regs, macro, native_products)
+    python_products.save()
+    native_products.save()
     read.append(f"port C++ ({len(native)} files under {', '.join(native_prefixes) or 'no configured native source dir'})")
     compiled: dict[str, str] = {}
     if upstream is not None and upstream.root is not None:

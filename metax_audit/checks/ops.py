@@ -211,7 +211,7 @@ def check_ops(discovery: Discovery, table: OpTable, memo: FileMemo | None = None
 
 
 def op_table_for_review(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,
-                        facts: StackFacts | None) -> OpTable:
+                        facts: StackFacts | None, *, use_cache: bool = False) -> OpTable:
     """Every provider of ops the review reads: the port's Python and C++, upstream's Python and compiled
     op names, the stack manifest. The signature check reads the port's schemas from it too."""
     compiled, note = (None, "")
@@ -224,7 +224,7 @@ def op_table_for_review(discovery: Discovery, config: AuditConfig, upstream: Ups
     manifest = facts.torch_ops if facts is not None and facts.source.startswith("manifest:") else None
     return build_table(discovery.root, discovery.port_package, config.native_sources, upstream,
                        compiled_names=compiled, compiled_note=note, manifest_ops=manifest,
-                       op_packages=config.op_namespaces)
+                       op_packages=config.op_namespaces, use_cache=use_cache)
 
 
 def op_findings(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,
