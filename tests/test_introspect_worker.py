@@ -247,3 +247,41 @@ def test_import_time_caches_go_to_a_throwaway_dir(tmp_path: Path, monkeypatch: p
     facts = introspect(["cachepkg.f"], extra_path=[site], timeout=30).facts
     assert facts["cachepkg.f"].status == "ok"
     assert not (tmp_path / "usercache").exists()
+
+
+PORT_READ = {
+    "portpkg/__init__.py": "from .ops import merge as merged\nfrom portpkg.layers import Layer\n",
+    "portpkg/ops.py": ("import functools\n\ndef merge(out, lse, *, base=2.0, **kw):\n    '''Merge.'''\n"
+                       "    return kw.get('scale')\n\n@functools.lru_cache\ndef cached(x):\n    return x\n\n"
+                       "@custom\ndef wrapped(x, y=1):\n    return x\n\nLIMIT = 3\n"),
+    "portpkg/layers.py": "class Layer:\n    def __init__(self, dim, heads=8):\n        pass\n\n    def forward(self, x):\n        return x\n",
+    "portpkg/broken.py": "def f(:\n",
+    "portpkg/away.py": "from otherpkg.impl import run\n",
+    "otherpkg/__init__.py": "",
+    "otherpkg/impl.py": "def run(a, b):\n    return a\n",
+}
+PORT_TARGETS = ["portpkg.ops.merge", "portpkg.merged", "portpkg.Layer", "portpkg.Layer.forward", "portpkg.ops.cached",
+                "portpkg.ops.wrapped", "portpkg.ops.LIMIT", "portpkg.ops.nope", "portpkg.broken.f", "portpkg.missing.x",
+                "portpkg.Layer.nope", "portpkg.ops"]
+
+
+def test_the_port_read_in_process_equals_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from metax_audit.introspect import stage
+
+    snapshot = write_tree(tmp_path / "snap", PORT_READ)
+    roots = [snapshot]
+    worker = introspect(PORT_TARGETS, python=sys.executable, static_roots=roots, never_import=["portpkg"])
+    here = stage._read_port_here(PORT_TARGETS, sys.executable, roots)
+    assert here is not None and here.facts == worker.facts and here.host == worker.host
+    assert {f.status for f in here.facts.values()} >= {"ok", "not-found", "no-signature"}
+    assert here.facts["portpkg.merged"].sourcefile == str(snapshot / "portpkg" / "ops.py")  # a re-export followed
+    # a re-export into another package is looked for on the interpreter's path too: the worker reads it
+    assert stage._read_port_here([*PORT_TARGETS, "portpkg.away.run"], sys.executable, roots) is None
+    assert stage._read_port_here(PORT_TARGETS, sys.executable, [Path("snap")]) is None  # the worker's cwd is not ours
+    other = tmp_path / "other-python"
+    other.write_text("#!/bin/sh\nexec true\n")
+    assert stage._read_port_here(PORT_TARGETS, str(other), roots) is None
+    # a review (cache=True) reads them here, without a worker
+    monkeypatch.setattr(stage, "_run_worker", lambda *a, **k: pytest.fail("a worker was started"))
+    cached = introspect(PORT_TARGETS, python=sys.executable, static_roots=roots, never_import=["portpkg"], cache=True)
+    assert cached.facts == worker.facts

@@ -15,7 +15,7 @@ from .fence import enter_site
 from .imported import _dist_kw, introspect_target
 from .schemas import schema_fact
 from .signatures import _fact, _short_error
-from .static import static_target
+from .static import port_target, static_target
 
 
 def _preload(head: dict[str, Any], emit: Any) -> list[str]:
@@ -75,7 +75,7 @@ def main() -> int:
         try:
             if target.split(".")[0] in never_import:
                 # the port under review: read from the snapshot, never from an (editable) install
-                fact = static_target(target, static_roots, search_path=False)
+                fact = port_target(target, static_roots)
             elif request.get("static_only"):
                 fact = static_target(target, static_roots)
                 fact.update({k: v for k, v in _dist_kw(target.split(".")[0], dist_cache).items() if k not in fact})

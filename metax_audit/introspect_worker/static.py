@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from .signatures import _DOC_LINES, _TRANSPARENT_DECORATORS, _fact, _render, kwargs_usage
+from .signatures import _DOC_LINES, _TRANSPARENT_DECORATORS, _fact, _render, _short_error, kwargs_usage
 
 # ---------------------------------------------------------------- static fallback
 
@@ -112,8 +112,32 @@ def _find_def(body: list[ast.stmt], name: str) -> ast.AST | None:
     return found
 
 
-def static_target(target: str, static_roots: list[str], _depth: int = 0, *, search_path: bool = True) -> dict[str, Any]:
+class NeedsInterpreter(Exception):
+    """Raised instead of searching the interpreter's path (`offline` reads): a re-export chain left
+    the package for one that is looked up there too."""
+
+
+def port_target(target: str, static_roots: list[str], *, offline: bool = False) -> dict[str, Any]:
+    """The fact of a target of the port under review: read from the static roots only, never
+    imported (a failure is a "crash" fact); a followed re-export is named by `defined_as`. With
+    `offline`, NeedsInterpreter is raised where the read would search the interpreter's path
+    (the parent reads the port in its own process only when this interpreter is its own)."""
+    try:
+        fact = static_target(target, static_roots, search_path=False, offline=offline)
+    except NeedsInterpreter:
+        raise
+    except BaseException as exc:  # keep going: one broken target is one fact
+        fact = _fact(target, "crash", error=_short_error(exc))
+    if fact.get("target") != target:  # a static read followed a re-export
+        fact["defined_as"], fact["target"] = fact.get("target"), target
+    return fact
+
+
+def static_target(target: str, static_roots: list[str], _depth: int = 0, *, search_path: bool = True,
+                  offline: bool = False) -> dict[str, Any]:
     """Read the target's signature from source without importing anything of the package."""
+    if search_path and offline:
+        raise NeedsInterpreter(target)
     parts = target.split(".")
     roots = _package_dirs(parts[0], static_roots) if search_path else [Path(r) for r in static_roots]
     for root in roots:
@@ -124,14 +148,14 @@ def static_target(target: str, static_roots: list[str], _depth: int = 0, *, sear
             tree = _parse(path)
             if tree is None:
                 return _fact(target, "no-signature", "static", sourcefile=str(path), error="source does not parse")
-            fact = _static_walk(target, parts, i, path, tree, static_roots, _depth, search_path)
+            fact = _static_walk(target, parts, i, path, tree, static_roots, _depth, search_path, offline)
             fact.update({k: v for k, v in _sdist_info(root).items() if k not in fact})
             return fact
     return _fact(target, "import-error", "static", error=f"no source found for {parts[0]} (searched {len(static_roots)} static root(s) and the interpreter's path)")
 
 
 def _static_walk(target: str, parts: list[str], used: int, path: Path, tree: ast.Module,
-                 static_roots: list[str], depth: int, search_path: bool = True) -> dict[str, Any]:
+                 static_roots: list[str], depth: int, search_path: bool = True, offline: bool = False) -> dict[str, Any]:
     rest = parts[used:]
     if not rest:
         return _fact(target, "ok", "static", kind="module", sourcefile=str(path))
@@ -148,7 +172,7 @@ def _static_walk(target: str, parts: list[str], used: int, path: Path, tree: ast
         origin = _import_origin(node, rest[0], parts[:used], path)
         if origin is not None:
             return static_target(".".join([origin, *rest[1:]]), static_roots, depth + 1,
-                                 search_path=origin.split(".")[0] != parts[0] or search_path)
+                                 search_path=origin.split(".")[0] != parts[0] or search_path, offline=offline)
     if isinstance(node, ast.Assign | ast.AnnAssign):
         return _fact(target, "no-signature", "static", sourcefile=str(path), line=node.lineno,
                      error=f"assigned at module level: {ast.unparse(node)[:200]}")
