@@ -217,7 +217,7 @@ def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_Compare
         return CompareAhead(None, None, remember)
     from metax_audit.discover import widen
 
-    predicted = widen(discovery, discovery.root, reached) if reached else discovery  # as the trace stage widens it
+    predicted = widen(discovery, discovery.root, reached, use_cache=True) if reached else discovery  # as the trace stage widens it
     if early is not None:
         if early.predicts(predicted, (upstream, base)):
             return early
