@@ -172,10 +172,12 @@ class FileProducts:
         self._used: dict[tuple[str, str], Any] = {}
         self._fresh = 0
 
-    def get(self, path: str, text: str, compute: Callable[[], Any]) -> Any:
+    def get(self, path: str, content: str | bytes, compute: Callable[[], Any]) -> Any:
+        """compute(), a product of the file `path` whose text or bytes are `content`."""
         if self.entry is None:
             return compute()
-        name = (path, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest())
+        data = content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass")
+        name = (path, hashlib.blake2b(data, digest_size=16).hexdigest())
         if name in self._used:
             return self._used[name]
         if self._stored is None:

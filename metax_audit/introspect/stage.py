@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from metax_audit.introspect.cache import (
     _UNCACHEABLE,
@@ -20,6 +20,9 @@ from metax_audit.introspect.manifest import _ops_json, _replace
 from metax_audit.introspect.process import Prestarted, _run_worker
 from metax_audit.models import CallableFact, Discovery, FactStatus, StackFacts, TraceResult
 from metax_audit.pysource import ImportedName
+
+if TYPE_CHECKING:
+    from metax_audit.resultcache import FileProducts
 
 
 def introspect(
@@ -125,25 +128,27 @@ def stack_targets(discovery: Discovery, trace: TraceResult, packages: Sequence[s
 
     paths = [f.path for f in discovery.files if f.parse_error is None]
     if use_cache:
-        found = sorted((i for p in paths for i in _file_imports(discovery.root, p, packages)), key=lambda i: (i.path, i.line))
+        from metax_audit.resultcache import FileProducts
+
+        products = FileProducts("introspect-imports", sorted(packages))
+        found = sorted((i for p in paths for i in _file_imports(discovery.root, p, packages, products)),
+                       key=lambda i: (i.path, i.line))
+        products.save()
     else:
         found = imported_names(discovery.root, paths, packages)
     return list(dict.fromkeys([*kernel_entry_points(trace), *(i.target for i in found)]))
 
 
-def _file_imports(root: Path, path: str, packages: Sequence[str]) -> list[ImportedName]:
+def _file_imports(root: Path, path: str, packages: Sequence[str], products: FileProducts) -> list[ImportedName]:
     """imported_names of one file, kept under its bytes: reading it again needs its whole syntax tree
     walked (0.1 s over the real port's 34 files, each review)."""
-    from metax_audit import resultcache
     from metax_audit.pysource import imported_names
 
-    entry = resultcache.key("imports", path, resultcache.file_digest(root / path), sorted(packages))
-    kept = resultcache.load("imports", entry)
-    if isinstance(kept, list) and all(isinstance(i, ImportedName) for i in kept):
-        return kept
-    found = imported_names(root, [path], packages)
-    resultcache.store("imports", entry, found)
-    return found
+    try:
+        data = (root / path).read_bytes()
+    except OSError:
+        return imported_names(root, [path], packages)
+    return cast(list[ImportedName], products.get(path, data, lambda: imported_names(root, [path], packages)))
 
 
 def _introspect_cached(
