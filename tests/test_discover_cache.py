@@ -3,6 +3,7 @@
 # an edited file is read again, an unchanged one is not, and the answer always equals discovering afresh.
 from __future__ import annotations
 
+import ast
 import shutil
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from metax_audit import pysource
 from metax_audit.config import AuditConfig
 from metax_audit.demo import port_root
 from metax_audit.discover import coverage_findings, discover, registrations, scope, stage
+from metax_audit.pysource import find_module, module_name, resolve_relative
 
 CFG = AuditConfig()
 FLASHINFER = "vllm_metax/v1/attention/backends/flashinfer.py"
@@ -39,7 +41,9 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
     count(stage, "_import_candidates", "imports", lambda rel, text: rel)
     count(scope, "_compile_status", "compiled", lambda rel, text: rel)
+    count(scope._Sources, "_parse_status", "parsed", lambda sources, rel: rel)
     count(registrations, "_visited", "registrations", lambda src: src.path)
+    count(registrations, "_bindings", "bindings", lambda tree: "?")
     count(stage, "_priorities", "priorities", lambda src: src.path)
     count(stage, "_switches", "switches", lambda src: src.path)
     return computed
@@ -58,7 +62,7 @@ def test_cached_discovery_equals_a_fresh_one_and_reads_only_edited_files(port: P
     computed = _counting(monkeypatch)
     assert _discover(port, True) == fresh
     kinds = {k for k, _ in computed}
-    assert kinds == {"imports", "compiled", "registrations", "priorities", "switches"}
+    assert kinds == {"imports", "parsed", "compiled", "registrations", "bindings", "priorities", "switches"}
     computed.clear()
     assert _discover(port, True) == fresh and computed == []  # nothing read again
     # an edit: a registration and an import added to one file; only that file is read again
@@ -67,8 +71,8 @@ def test_cached_discovery_equals_a_fresh_one_and_reads_only_edited_files(port: P
                     "\n@register_backend(AttentionBackendEnum.FLASHINFER, 'vllm_metax.v1.attention.backends.flashinfer.X')\n"
                     "class X:\n    pass\n", encoding="utf-8")
     edited = _discover(port, True)
-    assert computed and {f for _, f in computed} == {FLASHINFER}
-    assert {k for k, _ in computed} == {"imports", "registrations"}
+    assert computed and {f for _, f in computed} <= {FLASHINFER, "?"}
+    assert {k for k, _ in computed} == {"imports", "parsed", "registrations", "bindings"}
     assert edited == _discover(port, False) and edited != fresh
     computed.clear()
     assert _discover(port, True) == edited and computed == []
@@ -84,3 +88,90 @@ def test_a_broken_file_keeps_its_verdict_under_its_text(port: Path, audit_cache:
     assert _discover(port, True) == fresh == _discover(port, True)
     problems = {f.path: f.problem for f in fresh[0].files if f.problem}  # type: ignore[attr-defined]
     assert set(problems) >= {"vllm_metax/v1/attention/backends/broken.py", "vllm_metax/v1/attention/backends/bad_return.py"}
+
+
+# ------------------------------------------------------------------ the resolver on kept bindings
+
+def _oracle_lookup(sources: scope._Sources, rel: str, qual: list[str], depth: int) -> str | None:
+    """The resolver as it read syntax trees before it read kept bindings (the oracle)."""
+    def binds(stmt: ast.stmt, name: str) -> bool:
+        if isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            return stmt.name == name
+        if isinstance(stmt, ast.Assign):
+            return any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+        if isinstance(stmt, ast.AnnAssign):
+            return isinstance(stmt.target, ast.Name) and stmt.target.id == name
+        return False
+
+    def nested(stmt: ast.stmt, rest: list[str]) -> bool:
+        for name in rest:
+            if not isinstance(stmt, ast.ClassDef):
+                return False
+            inner = next((s for s in stmt.body if binds(s, name)), None)
+            if inner is None:
+                return False
+            stmt = inner
+        return True
+
+    tree = sources.get(rel).tree
+    if tree is None or depth > 8:
+        return None
+    head, rest = qual[0], qual[1:]
+    for stmt in registrations._top_level_bindings(tree.body):
+        if binds(stmt, head):
+            return rel if nested(stmt, rest) else None
+        if isinstance(stmt, ast.ImportFrom):
+            for alias in stmt.names:
+                if (alias.asname or alias.name) != head or alias.name == "*":
+                    continue
+                base = resolve_relative(module_name(rel), rel.endswith("__init__.py"), stmt.level, stmt.module)
+                sub = find_module(sources.root, f"{base}.{alias.name}")
+                if sub is not None and rest:
+                    return _oracle_lookup(sources, sub, rest, depth + 1)
+                target = find_module(sources.root, base)
+                return _oracle_lookup(sources, target, [alias.name, *rest], depth + 1) if target else None
+    return None
+
+
+RESOLVER_TREE = {
+    "pkg/__init__.py": "from .a import A as Alias, B\nfrom . import sub\nfrom .missing import Gone\n",
+    "pkg/a.py": (
+        "import os\n"
+        "try:\n    from pkg.b import B\nexcept ImportError:\n    B = None\n"
+        "if os.name:\n    class A:\n        x: int = 1\n        class Inner:\n            def run(self): ...\n"
+        "        Inner = 3\n        def Inner(self): ...\nelse:\n    A = object\n"
+        "C, D = 1, 2\nE: int\nF = G = 5\n"
+    ),
+    "pkg/b.py": "class B:\n    class Deep:\n        class Deeper:\n            pass\n",
+    "pkg/sub/__init__.py": "from pkg.sub.mod import *\nfrom .mod import Klass\n",
+    "pkg/sub/mod.py": "class Klass:\n    def method(self): ...\n",
+    "pkg/loop.py": "from pkg.loop2 import L\n",
+    "pkg/loop2.py": "from pkg.loop import L\n",
+    "pkg/bad.py": "def (:\n",
+}
+
+
+def test_the_resolver_on_kept_bindings_answers_like_the_tree_walk(tmp_path: Path, port: Path, audit_cache: Path) -> None:
+    from conftest import write_tree
+
+    root = write_tree(tmp_path / "r", RESOLVER_TREE)
+    names = ["pkg.Alias", "pkg.Alias.Inner", "pkg.Alias.Inner.run", "pkg.Alias.x", "pkg.Alias.nope", "pkg.B.Deep.Deeper",
+             "pkg.B.Deep.nope", "pkg.a.A.Inner.run", "pkg.a.C", "pkg.a.D", "pkg.a.E", "pkg.a.F", "pkg.a.G", "pkg.a.os",
+             "pkg.sub.Klass.method", "pkg.sub.mod.Klass", "pkg.Gone", "pkg.loop.L", "pkg.bad.X", "pkg.sub.Klass.method.x"]
+    answers = set()
+    for tree_root, dotted in [(root, names), (port, [r.class_path for r in discover(port, CFG).registrations])]:
+        for use_cache in (False, True, True):
+            sources = scope._Sources(tree_root, CFG.max_file_bytes, use_cache=use_cache)
+            resolver = registrations._Resolver(sources)
+            for name in dotted:
+                parts = name.split(".")
+                expected = None
+                for cut in range(len(parts) - 1, 0, -1):
+                    rel = find_module(tree_root, ".".join(parts[:cut]))
+                    if rel is not None:
+                        expected = _oracle_lookup(sources, rel, parts[cut:], 0)
+                        break
+                assert resolver.resolve(name) == expected, name
+                answers.add(expected)
+            sources.save()
+    assert {"pkg/a.py", "pkg/b.py", "pkg/sub/mod.py", None} <= answers

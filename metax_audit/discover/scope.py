@@ -134,18 +134,26 @@ class _Sources:
     def status(self, rel: str) -> ParsedSource:
         """Whether the file parses, without keeping its tree: holding thousands of trees alive makes
         the garbage collector rescan them on every allocation burst, which dominated large scopes.
-        A file that names a registration is parsed (the registrations read its tree, and so do the
-        checks in the children forked later, which share this process's parses); the compiler's
-        verdict on any other is a product of its text."""
+        A file that names a registration is judged by the parser (its tree, parsed once per process,
+        is what the registrations read), any other by the compiler; both verdicts are products of
+        its text. (The files of the scope without one are parsed by coverage_findings anyway: the
+        checks forked later share those trees.)"""
         if rel in self._parsed:
             return self._parsed[rel]
         text = self.text(rel)
-        if text is not None and (_REG_WORDS.search(text) or rel in self.keep):
+        if text is not None and rel in self.keep:
             return self.get(rel)
+        if text is not None and _REG_WORDS.search(text):
+            problem, lines = self.product("parsed", rel, text, lambda r, _: self._parse_status(r))
+            return ParsedSource(rel, text, None, problem, lines)
         if text is not None:
             problem, lines = self.product("compiled", rel, text, _compile_status)
             return ParsedSource(rel, text, None, problem, lines)
         return check_source(rel, *self._texts[rel])
+
+    def _parse_status(self, rel: str) -> tuple[ParseProblem | None, int]:
+        src = self.get(rel)
+        return src.problem, src.lines
 
 
 def _compile_status(rel: str, text: str) -> tuple[ParseProblem | None, int]:
