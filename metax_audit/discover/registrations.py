@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from metax_audit.config import AuditConfig
 from metax_audit.discover.scope import _REG_WORDS, _Sources
@@ -37,11 +38,23 @@ def _top_level_bindings(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from _top_level_bindings(block)
 
 
-# A file's top-level bindings as the resolver reads them, in statement order: ("bind", names, shape)
-# for a def, class or assignment (shape: None, or for a class the shape of the first statement of
-# its body binding each name), ("from", level, module, ((name, asname), ...)) for `from m import`.
-_Shape = dict[str, "_Shape"] | None
-_Binding = tuple[str, frozenset[str], _Shape] | tuple[str, int, str | None, tuple[tuple[str, str | None], ...]]
+# A file's top-level bindings as the resolver reads them, in statement order: a _Bind for a def,
+# class or assignment, a _From for `from m import ...`.
+_Shape = dict[str, "_Shape"] | None  # None, or for a class: the shape of the first statement binding each name
+
+
+class _Bind(NamedTuple):
+    names: frozenset[str]
+    shape: _Shape
+
+
+class _From(NamedTuple):
+    level: int
+    module: str | None
+    aliases: tuple[tuple[str, str | None], ...]
+
+
+_Binding = _Bind | _From
 
 
 def _bound_names(stmt: ast.stmt) -> frozenset[str]:
@@ -72,9 +85,9 @@ def _bindings(tree: ast.Module | None) -> tuple[_Binding, ...] | None:
     out: list[_Binding] = []
     for stmt in _top_level_bindings(tree.body):
         if isinstance(stmt, ast.ImportFrom):
-            out.append(("from", stmt.level, stmt.module, tuple((a.name, a.asname) for a in stmt.names)))
+            out.append(_From(stmt.level, stmt.module, tuple((a.name, a.asname) for a in stmt.names)))
         elif names := _bound_names(stmt):
-            out.append(("bind", names, _shape(stmt)))
+            out.append(_Bind(names, _shape(stmt)))
     return tuple(out)
 
 
@@ -106,15 +119,14 @@ class _Resolver:
             return None
         head, rest = qual[0], qual[1:]
         for entry in bindings:
-            if entry[0] == "bind":
-                if head in entry[1]:  # type: ignore[operator]
-                    return rel if self._nested(entry[2], rest) else None  # type: ignore[arg-type]
+            if isinstance(entry, _Bind):
+                if head in entry.names:
+                    return rel if self._nested(entry.shape, rest) else None
                 continue
-            _, level, module, aliases = entry
-            for name, asname in aliases:  # type: ignore[union-attr]
+            for name, asname in entry.aliases:
                 if (asname or name) != head or name == "*":
                     continue
-                base = resolve_relative(module_name(rel), rel.endswith("__init__.py"), level, module)  # type: ignore[arg-type]
+                base = resolve_relative(module_name(rel), rel.endswith("__init__.py"), entry.level, entry.module)
                 sub = find_module(self.sources.root, f"{base}.{name}")
                 if sub is not None and rest:  # `from pkg import module` then module.Class
                     return self._lookup(sub, rest, depth + 1)
