@@ -1,8 +1,9 @@
-# The snapshot of `review --staged` kept between reviews in the cache dir (one per repository) and
-# brought up to date by what changed in the index, instead of exporting every file afresh.
+# The snapshot of `review --staged` (and `--worktree`) kept between reviews in the cache dir (one per
+# repository and mode) and brought up to date by what changed, instead of exporting every file afresh.
 """A kept snapshot is a directory `tree/` beside a `manifest` and a `lock`. The manifest records, for
 every file of the tree, the index entry it was written from (mode, blob id), what the file looked like
-once written (size, mtime_ns, ctime_ns: a write, chmod or utime moves ctime) and its sha256.
+once written (size, mtime_ns, ctime_ns, permission bits: a write, chmod or utime moves ctime) and its
+sha256. The worktree's kept snapshot records the lstat of the worktree file each copy was made from.
 
 A review holds the lock (flock, non-blocking) from the update to the end of the review; one that finds
 it held exports afresh into a temp dir (snapshot.py). Before anything in the tree is changed the
@@ -11,10 +12,12 @@ between leaves no manifest, and the next one rebuilds the tree from nothing. Eac
 once: a file or directory the manifest does not name is removed, a file whose stat differs from the
 manifest is written again (a stage, a tool or a person may have written into it).
 
-Only plain trees are kept: regular files in the selection, no gitlink or unmerged entry, and nothing
-that makes checkout-index write other bytes than the blob (a .gitattributes file, an attributes file,
-core.autocrlf, config includes, GIT_CONFIG_* in the environment, replace refs). Anything else is
-exported afresh, exactly as before."""
+Only plain trees are kept: regular files in the selection, none below a symlink, no gitlink or unmerged
+entry. A file checkout-index writes is checked to hold exactly its blob's bytes (an attribute that
+converts it sends the review to a fresh export for as long as that entry is in the index), and kept
+files are reused only under the checkout identity they were written under (.gitattributes, attributes
+files, git config files, the git program: checkout_identity); config includes, GIT_CONFIG_* and
+replace refs are not followed: such repositories are exported afresh, exactly as before."""
 
 from __future__ import annotations
 
@@ -31,10 +34,10 @@ from pathlib import Path
 from metax_audit import subproc
 from metax_audit.cachedir import cache_root
 
-FORMAT = 1
+FORMAT = 2
 KEEP = 8  # kept snapshots (one per repository); the least recently used go first
 _PLAIN_MODES = ("100644", "100755")
-RACY_NS = 50_000_000  # a file whose ctime is this close to the manifest's is re-read (see _racy)
+RACY_NS = 50_000_000  # a file whose ctime is this close to the manifest's is re-read (_racy_changed)
 # Settings naming files that change what checkout-index writes, which are not followed here.
 _CONFIG_WORDS = ("attributesfile", "include")
 
@@ -148,7 +151,67 @@ def hold_index(top: Path, selected: list[IndexEntry], identity: str, run_git: Ca
                ) -> Held | None:
     """The kept snapshot of `selected` (index entries), updated and locked; None when another review
     holds it or it cannot be kept (the caller exports afresh)."""
-    base = store_dir(top)
+    def write(tree: Path, paths: list[str]) -> dict[str, tuple | None] | None:
+        res = run_git("checkout-index", "--force", "-z", "--stdin", f"--prefix={tree}{os.sep}", input="\0".join(paths))
+        return {p: want[p] for p in paths} if res.returncode == 0 else None
+
+    def is_blob(path: str, data: bytes) -> bool:
+        return _blob_id(data, want[path][1]) == want[path][1]
+
+    want = {e.path: (e.mode, e.blob) for e in selected}
+    return _hold(store_dir(top), (str(top), identity), want, write, is_blob)
+
+
+def hold_worktree(top: Path, selected: list[str]) -> Held | None:
+    """The kept snapshot of the worktree files `selected` (None when one is a symlink or below one),
+    copied as the fresh export copies them (bytes, permission bits); a file is copied
+    again when its lstat (inode, size, mtime, ctime, mode) differs from the one it was copied at, or
+    when it changed too close to that copy for its stat to tell (RACY_NS)."""
+    want: dict[str, tuple] = {}
+    linked: dict[str, bool] = {}
+    for rel in selected:
+        for d in _parents(rel):
+            if d not in linked:
+                linked[d] = os.path.islink(os.path.join(top, d))
+            if linked[d]:
+                return None  # below a directory the worktree replaced by a symlink: noted by a fresh export
+        try:
+            st = os.lstat(os.path.join(top, rel))
+        except FileNotFoundError:
+            continue  # deleted in the worktree but still in the index: the worktree no longer has it
+        if stat.S_ISLNK(st.st_mode) or rel.endswith("/"):
+            return None  # a symlink (recorded or removed by a fresh export), a nested repository
+        if stat.S_ISREG(st.st_mode):
+            want[rel] = _source_key(st)
+
+    def write(tree: Path, paths: list[str]) -> dict[str, tuple | None] | None:
+        import time
+
+        start = time.time_ns()
+        done: dict[str, tuple | None] = {}
+        for rel in paths:
+            target = tree / rel
+            os.makedirs(target.parent, exist_ok=True)
+            src = os.path.join(top, rel)
+            with open(src, "rb") as fin, open(target, "xb") as fout:
+                shutil.copyfileobj(fin, fout)
+            os.chmod(target, want[rel][4])
+            key = _source_key(os.lstat(src))
+            if key != want[rel]:
+                return None  # changed while we copied it: exported afresh
+            done[rel] = None if max(key[2], key[3]) >= start - RACY_NS else key
+        return done
+
+    return _hold(store_dir(top, "worktree"), (str(top), "worktree"), want, write, lambda path, data: True)
+
+
+def _source_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_IMODE(st.st_mode)
+
+
+def _hold(base: Path, owner: tuple[str, str], want: dict[str, tuple],
+          write: Callable[[Path, list[str]], dict[str, tuple | None] | None], check: Callable[[str, bytes], bool],
+          ) -> Held | None:
     try:
         base.mkdir(parents=True, exist_ok=True)
         fd = os.open(base / "lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -162,7 +225,7 @@ def hold_index(top: Path, selected: list[IndexEntry], identity: str, run_git: Ca
         os.close(fd)
         return None
     try:
-        held = _update(base, (str(top), identity), {e.path: (e.mode, e.blob) for e in selected}, run_git, fd)
+        held = _update(base, owner, want, write, check, fd)
     except BaseException:
         os.close(fd)
         raise
@@ -192,8 +255,8 @@ def _save(base: Path, owner: tuple[str, str], files: dict[str, tuple] | tuple) -
     os.replace(tmp, base / "manifest")
 
 
-def _stat_record(st: os.stat_result) -> tuple[int, int, int, bool]:
-    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, bool(st.st_mode & stat.S_IXUSR)
+def _stat_record(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, stat.S_IMODE(st.st_mode)
 
 
 def _walk(tree: Path) -> tuple[dict[str, os.stat_result], set[str], list[str]]:
@@ -223,12 +286,15 @@ def _blob_id(data: bytes, like: str) -> str:
     return algo(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _update(base: Path, owner: tuple[str, str], want: dict[str, tuple[str, str]], run_git: Callable[..., subproc.Completed],
+def _update(base: Path, owner: tuple[str, str], want: dict[str, tuple],
+            write: Callable[[Path, list[str]], dict[str, tuple | None] | None], check: Callable[[str, bytes], bool],
             fd: int) -> Held | None:
+    """Bring the tree under `base` to `want` (path -> what the file is written from); a manifest
+    record is (that key, the written file's _stat_record, its sha256)."""
     tree = base / "tree"
     manifest = _load(base, owner)
     if isinstance(manifest, tuple):
-        if len(manifest) == 3 and want.get(manifest[0]) == manifest[1:]:
+        if len(manifest) == 2 and want.get(manifest[0]) == manifest[1]:
             return None  # still the entry checkout-index converts: exported afresh
         manifest = None
     rebuilt = manifest is None or not tree.is_dir()
@@ -245,56 +311,54 @@ def _update(base: Path, owner: tuple[str, str], want: dict[str, tuple[str, str]]
     saved_ns = 0 if rebuilt else os.stat(base / "manifest").st_mtime_ns
     files, dirs, other = _walk(tree)
     needed_dirs = {d for path in want for d in _parents(path)}
-    stale = {p for p, rec in manifest.items() if p not in want or rec[:2] != want[p]}
+    stale = {p for p, rec in manifest.items() if rec[0] != want.get(p)}
     damaged = {p for p, rec in manifest.items() if p not in stale
-               and (p not in files or _stat_record(files[p]) != rec[2:6] or _racy_changed(os.path.join(tree, p), rec, saved_ns))}
-    racy = any(rec[4] >= saved_ns - RACY_NS for p, rec in manifest.items() if p not in stale)
+               and (p not in files or _stat_record(files[p]) != rec[1] or _racy_changed(os.path.join(tree, p), rec, saved_ns))}
+    racy = any(rec[1][2] >= saved_ns - RACY_NS for p, rec in manifest.items() if p not in stale)
     extra = sorted([p for p in files if p not in manifest] + other)
-    write = sorted(p for p in want if p not in manifest or p in stale or p in damaged)
+    todo = sorted(p for p in want if p not in manifest or p in stale or p in damaged)
     odd_dirs = sorted(d for d in dirs if d not in needed_dirs)
-    if write or stale or extra or odd_dirs or racy:
+    if todo or stale or extra or odd_dirs or racy:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(base / "manifest")  # from here until _save, a crash leaves a tree the next run rebuilds
         for p in sorted(stale | damaged) + extra:
             _remove(tree / p)
         for d in odd_dirs:  # a removed parent takes its children with it
             shutil.rmtree(tree / d, ignore_errors=True)
-        for p in write:  # a file's path that is a directory on disk (before a rename it was one)
+        for p in todo:  # a file's path that is a directory on disk (before a rename it was one)
             _remove(tree / p)
         manifest = {p: rec for p, rec in manifest.items() if p not in stale and p not in damaged}
-        if write:
-            res = run_git("checkout-index", "--force", "-z", "--stdin", f"--prefix={tree}{os.sep}",
-                          input="\0".join(write))
-            if res.returncode != 0:
-                return None
-        for p in write:
+        written = write(tree, todo) if todo else {}
+        if written is None:
+            return None
+        for p in todo:
             full = tree / p
             st = os.lstat(full)
             with open(full, "rb") as fh:
                 data = fh.read()
-            if _blob_id(data, want[p][1]) != want[p][1]:
+            if not check(p, data):
                 # not the blob's bytes (an attribute converts it): exported afresh while it is in the index
                 shutil.rmtree(tree, ignore_errors=True)
-                _save(base, owner, (p, *want[p]))
+                _save(base, owner, (p, want[p]))
                 return None
             if _stat_record(os.lstat(full)) != _stat_record(st):
                 return None  # written into meanwhile: exported afresh, and rebuilt next time
-            manifest[p] = (*want[p], *_stat_record(st), hashlib.sha256(data).digest())
+            manifest[p] = (written[p], _stat_record(st), hashlib.sha256(data).digest())
         _save(base, owner, manifest)
     else:
         with contextlib.suppress(OSError):
             os.utime(base / "lock")  # used now: _trim removes the least recently used first
-    return Held(tree, len(want), _digest(manifest), len(write), len(stale - set(want)) + len(extra), rebuilt, fd)
+    return Held(tree, len(want), _digest(manifest), len(todo), len(stale - set(want)) + len(extra), rebuilt, fd)
 
 
 def _racy_changed(path: str, rec: tuple, saved_ns: int) -> bool:
     """A file whose ctime is within a clock tick of the manifest's write could have been written again
     in the same tick with the same size (same stat): such a file is read and its bytes compared."""
-    if rec[4] < saved_ns - RACY_NS:
+    if rec[1][2] < saved_ns - RACY_NS:
         return False
     try:
         with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).digest() != rec[6]
+            return hashlib.sha256(fh.read()).digest() != rec[2]
     except OSError:
         return True
 
@@ -316,7 +380,7 @@ def _digest(manifest: dict[str, tuple]) -> str:
         parts = path.split("/")
         for part in parts[:-1]:
             node = node.setdefault(part + "/", {})
-        node[parts[-1]] = rec[6]
+        node[parts[-1]] = rec[2]
     h = hashlib.sha256()
 
     def visit(node: dict, prefix: str) -> None:

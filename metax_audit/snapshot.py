@@ -137,10 +137,6 @@ def _index_entries(repo: Path) -> list[IndexEntry]:
     return parse_stage(res.stdout)
 
 
-def _gitlinks(repo: Path) -> list[str]:
-    return [e.path for e in _index_entries(repo) if e.mode == "160000"]
-
-
 def _selected(path: str, only: tuple[str, ...]) -> bool:
     return not only or any(path == o or path.startswith(o.rstrip("/") + "/") for o in only)
 
@@ -225,15 +221,21 @@ def _contain_links(root: Path) -> list[str]:
     return notes
 
 
-def _export_worktree(repo: Path, dest: Path, only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
-    res = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+def _worktree_paths(repo: Path, only: tuple[str, ...]) -> tuple[list[str], set[str]]:
+    """The worktree's tracked and untracked-not-ignored paths in the selection, sorted, and the gitlinks."""
+    entries = _index_entries(repo)
+    res = _git(repo, "ls-files", "-z", "--others", "--exclude-standard")
     if res.returncode != 0:
         raise SnapshotError(f"git ls-files failed: {res.stderr.strip()}")
+    paths = {e.path for e in entries} | {p for p in res.stdout.split("\0") if p}
+    return sorted(p for p in paths if _selected(p, only)), {e.path for e in entries if e.mode == "160000"}
+
+
+def _export_worktree(repo: Path, dest: Path, rels: list[str], gitlinks: set[str]) -> tuple[int, list[str]]:
     notes: list[str] = []
     count = 0
-    gitlinks = set(_gitlinks(repo))
     skipped_under: dict[str, int] = {}
-    for rel in sorted({p for p in res.stdout.split("\0") if p and _selected(p, only)}):
+    for rel in rels:
         src = repo / rel
         if rel in gitlinks:
             _mkdir_in(dest, rel)
@@ -371,8 +373,8 @@ def snapshot(
     The user's repository is only read: no index refresh, stash, worktree, branch or checkout.
     `only` limits the export to these top-level paths (the port package and its config), which is
     what the static stages read; `--test` needs the whole tree and passes none. With `keep`, a staged
-    review reads the snapshot kept in the cache dir (kept_snapshot.py), updated by what changed in the
-    index and locked for the review, when the tree is plain and no other review holds it; the files
+    or worktree review reads the snapshot kept in the cache dir (kept_snapshot.py), updated by what
+    changed and locked for the review, when the tree is plain and no other review holds it; the files
     are the same a fresh export writes.
     """
     if mode not in MODES:
@@ -407,10 +409,16 @@ def snapshot(
                     notes += _contain_links(tmp)
                 snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, "index", count, tuple(notes))
             elif mode == "worktree":
-                tmp = tempdirs.make("snap")
-                count, notes = _export_worktree(top, tmp, only)
-                notes += _contain_links(tmp)
-                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), tmp, "worktree", count, tuple(notes))
+                rels, gitlinks = _worktree_paths(top, only)
+                held = _hold_kept_worktree(top, rels, gitlinks) if keep else None
+                if held is not None:
+                    root, count = held.root, held.count
+                    _KEPT_DIGESTS[str(root)] = held.digest
+                else:
+                    root = tmp = tempdirs.make("snap")
+                    count, notes = _export_worktree(top, tmp, rels, gitlinks)
+                    notes += _contain_links(tmp)
+                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, "worktree", count, tuple(notes))
             else:
                 if not rev:
                     raise SnapshotError("--rev needs a revision")
@@ -427,6 +435,15 @@ def snapshot(
             held.release()
         if tmp is not None:
             tempdirs.remove_soon(tmp)
+
+
+def _hold_kept_worktree(top: Path, rels: list[str], gitlinks: set[str]) -> Held | None:
+    """The kept snapshot of the worktree's selected files, or None (as _hold_kept)."""
+    from metax_audit import kept_snapshot
+
+    if not rels or gitlinks.intersection(rels):
+        return None
+    return kept_snapshot.hold_worktree(top, rels)
 
 
 def _hold_kept(top: Path, gitdir: Path | None, entries: list[IndexEntry], only: tuple[str, ...]) -> Held | None:

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import fcntl
+import marshal
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -54,22 +56,27 @@ def contents(root: Path) -> dict[str, object]:
     return out
 
 
-def kept_root(repo: Path) -> Path:
-    return kept_snapshot.store_dir(repo.resolve()) / "tree"
+def kept_root(repo: Path, mode: str = "staged") -> Path:
+    return kept_snapshot.store_dir(repo.resolve(), "index" if mode == "staged" else mode) / "tree"
 
 
-def review_both(repo: Path, only: tuple[str, ...] = ONLY) -> tuple[Path, dict[str, object]]:
+def manifest_key(repo: Path, path: str) -> object:
+    with open(kept_snapshot.store_dir(repo.resolve(), "worktree") / "manifest", "rb") as fh:
+        return marshal.load(fh)[2][path][0]
+
+
+def review_both(repo: Path, only: tuple[str, ...] = ONLY, mode: str = "staged") -> tuple[Path, dict[str, object]]:
     """The kept snapshot's root and contents, checked against a fresh export of the same index
     (same files, bytes, modes, notes, count; the kept digest is tree_digest's)."""
     before = fingerprint(repo)
-    with snapshot("staged", repo, only=only) as fresh:
+    with snapshot(mode, repo, only=only) as fresh:  # type: ignore[arg-type]
         want = contents(fresh.root)
         fresh_info = (fresh.files, fresh.notes, fresh.dirty, fresh.commit)
-    with snapshot("staged", repo, only=only, keep=True) as kept:
+    with snapshot(mode, repo, only=only, keep=True) as kept:  # type: ignore[arg-type]
         got = contents(kept.root)
         assert (kept.files, kept.notes, kept.dirty, kept.commit) == fresh_info
         digest = snapshot_mod.known_digest(kept.root)
-        if kept.root == kept_root(repo):
+        if kept.root == kept_root(repo, mode):
             assert digest == resultcache.tree_digest(kept.root)
         else:
             assert digest is None
@@ -103,6 +110,47 @@ def test_kept_snapshot_follows_adds_edits_deletes_modes_and_renames(repo: Path) 
     root, got = review_both(repo, ("pkg/new.py", "docs"))
     assert set(got) == {"pkg", "pkg/new.py", "pkg/new.py/b.py", "docs", "docs/outside.md"}
     review_both(repo)
+
+
+def test_kept_worktree_snapshot_follows_the_worktree(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    time.sleep(0.06)  # the fixture's files are older than RACY_NS when first copied
+    root, got = review_both(repo, mode="worktree")
+    assert root == kept_root(repo, "worktree") and "pkg/sub/deep/c.py" in got
+    stamp = os.stat(root / "pkg" / "sub" / "b.py").st_ctime_ns
+    (repo / "pkg" / "a.py").write_text("A = 'unstaged'\n")
+    (repo / "pkg" / "untracked.py").write_text("U = 1\n")
+    (repo / ".gitignore").write_text("pkg/ignored.py\n")
+    (repo / "pkg" / "ignored.py").write_text("I = 1\n")
+    (repo / "pkg" / "sub" / "deep" / "c.py").unlink()
+    os.chmod(repo / "pkg" / "data.txt", 0o600)
+    root, got = review_both(repo, mode="worktree")
+    assert got["pkg/data.txt"] == (b"some data\r\nwith a CR\n", False)
+    assert stat.S_IMODE(os.stat(root / "pkg" / "data.txt").st_mode) == 0o600
+    assert root == kept_root(repo, "worktree")
+    assert got["pkg/a.py"] == (b"A = 'unstaged'\n", False) and "pkg/untracked.py" in got
+    assert "pkg/ignored.py" not in got and "pkg/sub/deep" not in got
+    assert os.stat(root / "pkg" / "sub" / "b.py").st_ctime_ns == stamp
+    # a file changed too close to its copy for its stat to tell is copied again next time
+    assert manifest_key(repo, "pkg/sub/b.py") is not None
+    racy_ns = kept_snapshot.RACY_NS
+    monkeypatch.setattr(kept_snapshot, "RACY_NS", 10**18)
+    os.utime(repo / "pkg" / "sub" / "b.py")
+    review_both(repo, mode="worktree")
+    assert manifest_key(repo, "pkg/sub/b.py") is None
+    monkeypatch.setattr(kept_snapshot, "RACY_NS", racy_ns)
+    time.sleep(0.06)
+    review_both(repo, mode="worktree")
+    assert manifest_key(repo, "pkg/sub/b.py") == kept_snapshot._source_key(os.lstat(repo / "pkg" / "sub" / "b.py"))
+    # a directory replaced by a symlink, a symlinked file: exported afresh, with the fresh export's notes
+    os.rename(repo / "pkg" / "sub", repo / "elsewhere")
+    os.symlink("../elsewhere", repo / "pkg" / "sub")
+    root, got = review_both(repo, mode="worktree")
+    assert root != kept_root(repo, "worktree")
+    (repo / "pkg" / "sub").unlink()
+    os.rename(repo / "elsewhere", repo / "pkg" / "sub")
+    assert review_both(repo, mode="worktree")[0] == kept_root(repo, "worktree")
+    # staged and worktree snapshots are kept apart
+    assert review_both(repo)[0] == kept_root(repo) != kept_root(repo, "worktree")
 
 
 def test_a_concurrent_review_exports_afresh(repo: Path) -> None:
