@@ -23,7 +23,7 @@ class Forked(Generic[T]):
     child, an exception included, makes result() run `fn` here, so an error is raised where it
     would have been without the fork."""
 
-    def __init__(self, fn: Callable[[], T], timeout: float = 120) -> None:
+    def __init__(self, fn: Callable[[], T], timeout: float = 120, nice: int = 5) -> None:
         self._fn = fn
         self._timeout = timeout  # seconds result() waits for the child before running fn here
         self._pid: int | None = None
@@ -53,6 +53,7 @@ class Forked(Generic[T]):
                 # keep that subprocess from seeing the end of its input.
                 os.closerange(3, write)
                 os.closerange(write + 1, _max_fd())
+                _yield_to_parent(nice)
                 data = pickle.dumps(fn(), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write, "wb") as out:
                     out.write(data)
@@ -130,3 +131,14 @@ def _read_all(fd: int, timeout: float) -> bytes | None:
             chunks.append(chunk)
     finally:
         os.close(fd)
+
+
+def _yield_to_parent(nice: int) -> None:
+    """A child computes what the parent will wait for later; the parent's own work until then is the
+    review's critical path. With more runnable children than free cores (compare, the checks that read
+    no trace and the dataflow all run during the trace), equal shares slowed the parent's trace 2-3x;
+    a lower priority lets it keep a core while the children share what is left (real port, staged one-file
+    review, quiet machine: 1.61 -> 1.39 s wall, median of 3 interleaved). `nice` orders the children:
+    the one waited for first gets the larger share."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(nice)

@@ -232,8 +232,8 @@ class _Background:
         self._run = run
         self.prestarted = prestarted
 
-    def fork(self, fn: Callable[[], T]) -> Forked[T]:
-        child = Forked(fn)
+    def fork(self, fn: Callable[[], T], nice: int = 5) -> Forked[T]:
+        child = Forked(fn, nice=nice)
         self._run.closers.append(child.close)
         return child
 
@@ -314,7 +314,7 @@ def _early_releases(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | No
         return None, None
 
 
-def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background,
+def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background, nice: int = 5,
                     ) -> tuple[Contracts | None, Forked[_FlowResult]]:
     """Dataflow needs nothing past the trace: a child on the other core runs it while the review goes on."""
     from metax_audit.checks import dataflow_for_review
@@ -322,7 +322,7 @@ def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background,
 
     contracts = project_contracts(use_cache=not st.options.no_cache)
     memo_common = None if st.options.no_cache else ["dataflow"]  # each file's walk kept with what it read
-    return contracts, background.fork(partial(dataflow_for_review, discovery, st.config, contracts, memo_common))
+    return contracts, background.fork(partial(dataflow_for_review, discovery, st.config, contracts, memo_common), nice=nice)
 
 
 def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upstream: UpstreamInfo | None,
@@ -422,9 +422,10 @@ def _start_during_trace(st: _Stages, predicted: Discovery | None, symbols: Symbo
         return None
     from metax_audit.checks import discovery_checks
 
+    # waited for after the compare child (started before discover): a smaller share than it (Forked)
     checks = background.fork(partial(discovery_checks, predicted, symbols, use_cache=not st.options.no_cache,
-                                     memo_common=_binding_memo_common(st, upstream, base)))
-    contracts, dataflow = _start_dataflow(st, predicted, background)
+                                     memo_common=_binding_memo_common(st, upstream, base)), nice=10)
+    contracts, dataflow = _start_dataflow(st, predicted, background, nice=10)
     return _DuringTrace(predicted, checks, contracts, dataflow)
 
 

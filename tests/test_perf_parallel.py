@@ -22,6 +22,15 @@ def test_forked_result_is_computed_in_the_child() -> None:
     job.close()  # harmless after result()
 
 
+def test_a_child_yields_the_cores_to_the_parent() -> None:
+    # the parent's own work is the review's critical path: children run at a lower priority, the one
+    # waited for first (the smaller nice) above the others
+    here = os.nice(0)
+    assert Forked(lambda: os.nice(0)).result() == min(19, here + 5)
+    assert Forked(lambda: os.nice(0), nice=10).result() == min(19, here + 10)
+    assert os.nice(0) == here  # the parent keeps its own
+
+
 def test_a_failing_child_raises_the_error_here() -> None:
     calls: list[int] = []
 
