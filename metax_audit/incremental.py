@@ -115,6 +115,27 @@ def _reached_key(repo: str, package: str, paths: tuple[str, ...]) -> str:
     return resultcache.key("reached", repo, package, sorted(paths))
 
 
+def keep_discovery_of_review(entry: str, repo: str, package: str, paths: tuple[str, ...]) -> None:
+    """Keep the discovery this review ended with (just remembered for `repo` by CompareAhead.take) under
+    the review's result-cache entry too: a later review served whole from that entry, in another clone
+    or after another change, hands it on to its repository (served_discovery)."""
+    remember = _reached_key(repo, package, paths)
+    reached, kept = resultcache.load("reached", remember), resultcache.load("discovery", remember)
+    if isinstance(reached, tuple) and isinstance(kept, tuple):
+        resultcache.store("review-discovery", entry, (reached, kept))
+
+
+def served_discovery(entry: str, repo: str, package: str, paths: tuple[str, ...]) -> None:
+    """A review served whole: the discovery its computed review ended with becomes `repo`'s last one, so
+    the next change-focused review of this repository starts its compare (and what runs during the trace)
+    on it, as it would after a computed review (start_compare_early, start_compare)."""
+    kept = resultcache.load("review-discovery", entry)
+    if isinstance(kept, tuple) and len(kept) == 2:
+        remember = _reached_key(repo, package, paths)
+        resultcache.store("reached", remember, kept[0])
+        resultcache.store("discovery", remember, kept[1])
+
+
 class CompareAhead:
     """The compare stage of the predicted widened discovery, computed in a forked child."""
 

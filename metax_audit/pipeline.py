@@ -186,6 +186,10 @@ def _audit_snapshot(
     entry = review_cache.entry_for(snap, config, options, progress, run.export)
     cached = review_cache.served_from_cache(entry, snap, run.stages, started)
     if cached is not None:
+        from metax_audit.incremental import served_discovery
+
+        assert entry is not None
+        served_discovery(entry, snap.repo, config.port_package, options.paths)
         return _waived(cached, snap, config, options, generate_waivers)
     background = _Background(run, _prestart_introspection(config, options))
     try:
@@ -194,6 +198,9 @@ def _audit_snapshot(
         background.close()
     if entry is not None:
         review_cache.store(entry, snap, report)
+        from metax_audit.incremental import keep_discovery_of_review
+
+        keep_discovery_of_review(entry, snap.repo, config.port_package, options.paths)
     return _waived(report, snap, config, options, generate_waivers)
 
 

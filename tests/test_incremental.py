@@ -94,3 +94,21 @@ def test_incremental_review_equals_full_review(committed_demo: Path, tmp_path: P
     assert _as_compared(fast["fixed"]) == _as_compared(full["fixed"])
     for section in ("files", "backends", "coverage", "dataflow"):
         assert fast[section] == full[section], section
+
+
+def test_a_review_served_whole_hands_on_its_discovery(committed_demo: Path, tmp_path: Path) -> None:
+    # HEAD reviewed in one clone; in another clone the same tree is served whole from the result cache,
+    # and the first staged change there starts its compare before discover, as after a computed review.
+    _staged(committed_demo, tmp_path / "first")
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(committed_demo), str(other)], check=True)
+    served = _staged(other, tmp_path / "served")
+    assert any(s["name"] == "result-cache" for s in served["stages"])
+    path, old, new = EDITS["leaf"]
+    (other / path).write_text((other / path).read_text().replace(old, new, 1))
+    subprocess.run(["git", "add", path], cwd=other, check=True)
+    fast = _staged(other, tmp_path / "fast")
+    notes = {s["name"]: s["note"] for s in fast["stages"]}
+    assert "started before discover" in notes["compare"], notes["compare"]
+    full = _staged(other, tmp_path / "full", "--no-cache")
+    assert _as_compared(fast["findings"]) == _as_compared(full["findings"])
