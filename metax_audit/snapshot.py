@@ -9,8 +9,9 @@ import shutil
 import stat
 import sys
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -395,30 +396,27 @@ def snapshot(
         else:
             top, gitdir, _ = _repo_facts(repo or Path.cwd())
             head = head_commit(top)
-            if mode == "staged":
-                entries = _index_entries(top)
-                if not entries:
-                    raise SnapshotError(f"{top}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
-                held = _hold_kept(top, gitdir, entries, only) if keep else None
-                if held is not None:
+            if mode in ("staged", "worktree"):
+                export: Callable[[Path], tuple[int, list[str]]]
+                if mode == "staged":
+                    entries = _index_entries(top)
+                    if not entries:
+                        raise SnapshotError(f"{top}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
+                    held = _hold_kept(top, gitdir, entries, only) if keep else None
+                    export = partial(_export_index, top, entries=entries, only=only)
+                else:
+                    rels, gitlinks = _worktree_paths(top, only)
+                    held = _hold_kept_worktree(top, rels, gitlinks) if keep else None
+                    export = partial(_export_worktree, top, rels=rels, gitlinks=gitlinks)
+                if held is not None:  # the kept snapshot, brought up to date (kept_snapshot.py)
                     root, count = held.root, held.count
                     _KEPT_DIGESTS[str(root)] = held.digest
                 else:
                     root = tmp = tempdirs.make("snap")
-                    count, notes = _export_index(top, tmp, entries, only)
+                    count, notes = export(tmp)
                     notes += _contain_links(tmp)
-                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, "index", count, tuple(notes))
-            elif mode == "worktree":
-                rels, gitlinks = _worktree_paths(top, only)
-                held = _hold_kept_worktree(top, rels, gitlinks) if keep else None
-                if held is not None:
-                    root, count = held.root, held.count
-                    _KEPT_DIGESTS[str(root)] = held.digest
-                else:
-                    root = tmp = tempdirs.make("snap")
-                    count, notes = _export_worktree(top, tmp, rels, gitlinks)
-                    notes += _contain_links(tmp)
-                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, "worktree", count, tuple(notes))
+                label = "index" if mode == "staged" else "worktree"
+                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, label, count, tuple(notes))
             else:
                 if not rev:
                     raise SnapshotError("--rev needs a revision")
