@@ -132,6 +132,13 @@ def _edit(root: Path, rel: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new), encoding="utf-8")
 
 
+def _recomputed(port: Path, up: Path, base: Path, monkeypatch: pytest.MonkeyPatch, expected: set[str]) -> Any:
+    """Compare again: the kept result equals a fresh comparison, and exactly `expected` were computed."""
+    cached, fresh, computed = _compare(port, up, base, monkeypatch)
+    assert cached == fresh and computed == expected
+    return fresh
+
+
 def test_an_edit_recomputes_the_functions_it_changes_and_equals_a_fresh_comparison(
         trees: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     port, up, base = trees
@@ -141,37 +148,31 @@ def test_an_edit_recomputes_the_functions_it_changes_and_equals_a_fresh_comparis
 
     # an edit inside one function: that function only
     _edit(port, PORT, "x.view(-1, self.head_size)", "x.view(-1, self.head_size, 1)")
-    cached, fresh, computed = _compare(port, up, base, monkeypatch)
-    assert cached == fresh and computed == {"FooImpl._private_helper"}
+    fresh = _recomputed(port, up, base, monkeypatch, {"FooImpl._private_helper"})
 
     # lines inserted above every function: each is served with its lines moved, but a moved statement's
     # text names its port line, and forward's gate names the line of the constant function it reads
     _edit(port, PORT, "import torch\n", "import torch\n\n# three\n# more\n# lines\n")
-    cached, fresh, computed = _compare(port, up, base, monkeypatch)
-    assert cached == fresh and computed == {"FooImpl.run_moved", "FooImpl.forward"}
+    fresh = _recomputed(port, up, base, monkeypatch, {"FooImpl.run_moved", "FooImpl.forward"})
     moved = {d.symbol: d.line for f in fresh[0] for d in f.differences}
     assert moved["FooImpl.forward"] == lines["FooImpl.forward"] + 4 and moved["FooImpl.plan"] == lines["FooImpl.plan"] + 4
 
     # another port file calls the private helper: whether the port calls it is read again
     write_tree(port, {"vllm_metax/user.py": "def use(impl, x):\n    return impl._private_helper(x)\n"})
-    cached, fresh, computed = _compare(port, up, base, monkeypatch)
-    assert cached == fresh and computed == {"FooImpl._private_helper"}
+    fresh = _recomputed(port, up, base, monkeypatch, {"FooImpl._private_helper"})
 
     # the port's only call of the changed signature no longer binds: plan's note is read again
     _edit(port, PORT, "impl.plan(1, 2, 3)", "impl.plan(1, 2)")
-    cached, fresh, computed = _compare(port, up, base, monkeypatch)
-    assert cached == fresh and computed == {"FooImpl.plan"}
+    fresh = _recomputed(port, up, base, monkeypatch, {"FooImpl.plan"})
 
     # a constant the vendor platform answers changes: the function whose branch it decides
     _edit(port, PORT, "def use_fast_path():\n    return False", "def use_fast_path():\n    return True")
-    cached, fresh, computed = _compare(port, up, base, monkeypatch)
-    assert cached == fresh and computed == {"FooImpl.forward"}
+    fresh = _recomputed(port, up, base, monkeypatch, {"FooImpl.forward"})
 
     # a vendor comment above a def (outside the function's text) declares its signature change (and moves
     # run_moved, whose moved statement names its line)
     _edit(port, PORT, "    def plan(", "    # Metax: the vendor planner takes an extra argument\n    def plan(")
-    cached, fresh, computed = _compare(port, up, base, monkeypatch)
-    assert cached == fresh and computed == {"FooImpl.plan", "FooImpl.run_moved"}
+    fresh = _recomputed(port, up, base, monkeypatch, {"FooImpl.plan", "FooImpl.run_moved"})
     assert any(d.declared for f in fresh[0] for d in f.differences if d.symbol == "FooImpl.plan")
 
 
