@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -147,19 +148,23 @@ class Analysis:
     def _scope_entries(self) -> list[ScopeEntry | None]:
         if not self._scope_cached:
             return [scope_entry(self.module(p)) for p in self._scope_paths]
-        from metax_audit import resultcache
+        from metax_audit.resultcache import FileProducts
 
-        entry = resultcache.key(SCOPE_KIND, self.port, self._scope_paths)
-        kept = resultcache.load(SCOPE_KIND, entry)
-        kept = kept if isinstance(kept, dict) else {}
-        now: dict[str, tuple[str | None, ScopeEntry | None]] = {}
+        # a file's entry is a function of its bytes (its module name is its path), parsed by this interpreter
+        products = FileProducts(SCOPE_KIND, self.port, sys.version)
+        out = []
         for p in self._scope_paths:
-            digest = resultcache.content_state(self.root / p)
-            then = kept.get(p)
-            now[p] = then if then is not None and then[0] == digest else (digest, scope_entry(self.module(p)))
-        if now != kept:
-            resultcache.store(SCOPE_KIND, entry, now)
-        return [now[p][1] for p in self._scope_paths]
+            try:
+                data = (self.root / p).read_bytes()
+            except OSError:
+                out.append(scope_entry(self.module(p)))  # unreadable: load_module answers None, as uncached
+                continue
+            out.append(products.get(p, data, partial(self._entry_of, p)))
+        products.save()
+        return out
+
+    def _entry_of(self, path: str) -> ScopeEntry | None:
+        return scope_entry(self.module(path))
 
     def match(self, cands: Sequence[Fn]) -> tuple[Convention | None, Fn | None]:
         for c in cands:
