@@ -10,7 +10,7 @@ lint:
 test:
 	$(PY) -m pytest
 rules:
-	$(PY) -m metax_audit.rules_doc > docs/rules.md
+	$(PY) -m metax_audit.report.rules_doc > docs/rules.md
 check-readme:
 	head -4 README.md
 demo:

@@ -34,7 +34,7 @@ def bench_ms(fn: Any, *, rep: int = 200) -> dict[str, float]:
 def device_evidence() -> dict[str, Any]:
     import torch
 
-    from metax_audit.subproc import run
+    from metax_audit.core.subproc import run
     from probes.device import describe
 
     ev = describe("cuda")
@@ -61,8 +61,8 @@ def run_grid(
     """Every dtype x head dim x page size x layout once; page format, LSE source and reduction rotate."""
     import torch
 
-    from metax_audit.kernels.h2o import h2o_scores
-    from metax_audit.kernels.h2o_reference import h2o_scores_reference
+    from metax_audit.stages.probing.kernels.h2o import h2o_scores
+    from metax_audit.stages.probing.kernels.h2o_reference import h2o_scores_reference
     from probes.h2o import build_case, checks_pass, score_checks, true_lse
 
     rows = []
@@ -236,8 +236,8 @@ def measure_ceilings(n_bytes: int = 2 * 2**30) -> dict[str, Any]:
 def run_bench(tune: bool) -> dict[str, Any]:
     import torch
 
-    from metax_audit.kernels.h2o import block_scores, h2o_scores
-    from metax_audit.kernels.h2o_reference import h2o_scores_reference
+    from metax_audit.stages.probing.kernels.h2o import block_scores, h2o_scores
+    from metax_audit.stages.probing.kernels.h2o_reference import h2o_scores_reference
 
     res: dict[str, Any] = measure_ceilings()
     torch.cuda.empty_cache()
@@ -309,7 +309,7 @@ def run_bench(tune: bool) -> dict[str, Any]:
     best = min((x for x in tuned if "median_ms" in x), key=lambda x: x["median_ms"])
     res["best_tuned"] = best
     # the headline is the shipped default launch, not the best of this run's tuning (no cherry-picking)
-    from metax_audit.kernels.h2o import DEFAULT_LAUNCH
+    from metax_audit.stages.probing.kernels.h2o import DEFAULT_LAUNCH
 
     launch = dict(DEFAULT_LAUNCH[shape["head_dim"]])
     res["h2o_lse_given"] = bench_ms(lambda: h2o_scores(c["q"], c["cache"], **paging, scale=scale, max_seq_len=c["max_len"],

@@ -96,6 +96,8 @@ def cycles(graph: dict[str, set[str]]) -> list[str]:
 
 def stage(module: str) -> int | None:
     parts = module.split(".")
+    if parts[:2] == ["metax_audit", "stages"]:  # a stage is metax_audit.stages.NAME
+        parts = [parts[0], *parts[2:]]
     return STAGES.index(parts[1]) if parts[0] == "metax_audit" and len(parts) > 1 and parts[1] in STAGES else None
 
 

@@ -21,7 +21,7 @@ def _drop_callers_cwd() -> None:
 
 _drop_callers_cwd()
 
-from metax_audit.errors import AuditError  # noqa: E402 (after the sys.path guard above)
-from metax_audit.models import AuditReport, Category, Finding, Location, Severity  # noqa: E402 (idem)
+from metax_audit.core.errors import AuditError  # noqa: E402 (after the sys.path guard above)
+from metax_audit.core.models import AuditReport, Category, Finding, Location, Severity  # noqa: E402 (idem)
 
 __all__ = ["AuditError", "AuditReport", "Category", "Finding", "Location", "Severity", "__version__"]

@@ -1,6 +1,6 @@
 # `python -m probes run ...` runs one probe on one target and prints its outcome as one JSON line
 # (how a user reruns one case); `worker` runs every probe of one target in one process (what
-# metax_audit.probing starts, one per target); `list` describes.
+# metax_audit.stages.probing starts, one per target); `list` describes.
 from __future__ import annotations
 
 import argparse
@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--device", default="auto")
     w.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from metax_audit.introspect_worker.fence import enter_site
+    from metax_audit.stages.introspect_worker.fence import enter_site
 
-    enter_site()  # started by metax-audit with -S: the port fence first, then site (metax_audit.subproc.fenced)
+    enter_site()  # started by metax-audit with -S: the port fence first, then site (metax_audit.core.subproc.fenced)
     if args.cmd == "worker":
         return worker(args.target, args.family, args.device, args.seed)
 

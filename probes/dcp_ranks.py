@@ -128,7 +128,7 @@ def _launch(job: dict[str, Any], n: int, timeout: float) -> tuple[int | None, st
         for r in range(n):
             err = open(os.path.join(tmp, f"rank{r}.err"), "w+", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
             errs.append(err)
-            # a rank stands behind the port fence as its parent worker does (metax_audit.subproc.fenced)
+            # a rank stands behind the port fence as its parent worker does (metax_audit.core.subproc.fenced)
             fence = ["-S"] if "METAX_AUDIT_NEVER_IMPORT" in os.environ else []
             args = [sys.executable, "-B", *fence, "-m", "probes.dcp_ranks", "--rank", str(r), "--job", json.dumps(job),
                     "--out", os.path.join(tmp, f"rank{r}.json")]
@@ -395,7 +395,7 @@ def rank_main(argv: list[str] | None = None) -> int:
     p.add_argument("--job", required=True)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    from metax_audit.introspect_worker.fence import enter_site
+    from metax_audit.stages.introspect_worker.fence import enter_site
 
     enter_site()  # the port fence first, then site (started with -S when the parent worker was fenced)
     job = json.loads(a.job)

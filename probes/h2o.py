@@ -144,7 +144,7 @@ def true_lse(case: H2OCase, base: str = "e") -> Any:
     """The exact log-sum-exp of q.k*scale per (request, query head), fp64 then fp32, in `base`."""
     import torch
 
-    from metax_audit.kernels.h2o_reference import key_cache_view, resolve_paging
+    from metax_audit.stages.probing.kernels.h2o_reference import key_cache_view, resolve_paging
 
     k = key_cache_view(case.kv_cache, case.kv_layout)
     pg = resolve_paging(int(k.shape[1]), **case.paging)
@@ -235,13 +235,13 @@ def checks_pass(c: dict[str, Any], *, rel_tol: float = 1e-4, mass_tol: float = 1
 
 
 def _reference_target(q: Any, kv_cache: Any, **kw: Any) -> Any:
-    from metax_audit.kernels.h2o_reference import h2o_scores_reference
+    from metax_audit.stages.probing.kernels.h2o_reference import h2o_scores_reference
 
     return h2o_scores_reference(q, kv_cache, **kw)
 
 
 def _kernel_target(q: Any, kv_cache: Any, **kw: Any) -> Any:
-    from metax_audit.kernels.h2o import h2o_scores
+    from metax_audit.stages.probing.kernels.h2o import h2o_scores
 
     return h2o_scores(q, kv_cache, **kw)
 
@@ -255,10 +255,10 @@ def load(spec: str, ctx: ProbeContext) -> Target:
     sig, _ = inspect_controls(fn, CONTROLS)
     notes: tuple[str, ...] = ()
     if spec == "metax-audit":
-        from metax_audit.kernels.h2o import triton_available
+        from metax_audit.stages.probing.kernels.h2o import triton_available
 
         path = "triton" if ctx.device.startswith("cuda") and triton_available() else "torch reference (CPU path)"
-        notes = (f"metax_audit.kernels.h2o_scores runs its {path}",)
+        notes = (f"metax_audit.stages.probing.kernels.h2o_scores runs its {path}",)
         sig = "(q, kv_cache, *, block_table, seq_lens, scale, kv_layout, lse, lse_base, reduce, k_scale, indptr, indices, last_page_len)"
     return Target(name=spec, family=NAME, fn=fn, signature=sig, controls=frozenset(CONTROLS), notes=notes)
 
@@ -277,7 +277,7 @@ def _hypotheses(case: H2OCase, *, lse: Any = None, lse_base: str | None = None, 
     """Each plausible semantics of the same call, so the case says which one the target follows."""
     import torch
 
-    from metax_audit.kernels.h2o_reference import h2o_scores_reference
+    from metax_audit.stages.probing.kernels.h2o_reference import h2o_scores_reference
 
     kw = case.kwargs(reduce=reduce)
     if lse is not None:

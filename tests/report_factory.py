@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from metax_audit.checks.inactive_path import check_inactive_paths
-from metax_audit.findings import make_finding
-from metax_audit.inventory import build_report
-from metax_audit.models import (
+from metax_audit.core.findings import make_finding
+from metax_audit.core.models import (
     AuditReport,
     BackendChain,
     CallArg,
@@ -36,6 +34,8 @@ from metax_audit.models import (
     TraceResult,
     UpstreamInfo,
 )
+from metax_audit.stages.checks.inactive_path import check_inactive_paths
+from metax_audit.stages.inventory import build_report
 
 SNAP_ROOT = Path("/tmp/metax-audit-snap-k3j2")
 PLATFORM = "vllm_metax/platform.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import git, write_tree
 
-from metax_audit.base_infer import infer_base
+from metax_audit.stages.upstream.base_infer import infer_base
 
 SETUP = 'def fixed_version_scheme(version):\n    return "{v}"\n\nsetup(name="vllm-vendor")\n'
 
@@ -59,7 +59,7 @@ def test_without_a_declaration_the_base_is_not_inferred_and_says_why(tmp_path: P
 
 def test_a_review_without_base_uses_the_inferred_release_and_says_where_it_came_from(tmp_path: Path, audit_cache: Path) -> None:
     from metax_audit import demo as demo_mod
-    from metax_audit.pipeline import ReviewOptions, review
+    from metax_audit.pipeline.review import ReviewOptions, review
 
     repo = demo_mod.build_demo_repo(tmp_path / "port")
     for v, subject in (("0.25.0", "align to 0.25"), ("0.26.0", "sync to 0.26")):

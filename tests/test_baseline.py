@@ -79,11 +79,11 @@ def test_a_difference_folded_into_a_new_error_is_neither_fixed_nor_new_again() -
     the difference 'fixed'; and when the error goes, the difference standing alone again is not new."""
     from dataclasses import replace
 
-    import metax_audit.compare  # noqa: F401  (declares the compare rules)
-    from metax_audit.baseline import compare_with
-    from metax_audit.findings import make_finding
-    from metax_audit.models import Location
-    from metax_audit.triage import merge_into_errors
+    import metax_audit.stages.compare  # noqa: F401  (declares the compare rules)
+    from metax_audit.core.findings import make_finding
+    from metax_audit.core.models import Location
+    from metax_audit.pipeline.baseline import compare_with
+    from metax_audit.stages.triage import merge_into_errors
     from tests.report_factory import FI, make_report
 
     hunk = f"{FI}:120 [call-changed] wrapper.run(-q_scale): upstream: wrapper.run(q, kv, q_scale=s) | port: wrapper.run(q, kv)"

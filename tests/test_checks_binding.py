@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit.checks import binding_checks
-from metax_audit.config import AuditConfig
-from metax_audit.models import Discovery, Finding, SourceFile
-from metax_audit.trace import trace_backends
-from metax_audit.trace.symbols import SymbolTable
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.models import Discovery, Finding, SourceFile
+from metax_audit.stages.checks import binding_checks
+from metax_audit.stages.trace import trace_backends
+from metax_audit.stages.trace.symbols import SymbolTable
 
 UPSTREAM = {
     "up/__init__.py": "",
@@ -139,7 +139,7 @@ def test_binding_checks_keep_each_files_reads_in_their_own_memo(tmp_path: Path) 
     """_run asserts equality with the memo cold and warm; here: what the warm run read back."""
     import pickle
 
-    from metax_audit.resultcache import results_dir
+    from metax_audit.cache.resultcache import results_dir
 
     _run(tmp_path, ATTRIBUTE_CASES[2].source)
     units = {u[0] for f in (results_dir() / "binding-file").glob("*.pickle") for u in pickle.loads(f.read_bytes())}

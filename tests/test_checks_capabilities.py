@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit.checks.capabilities import check_capabilities
-from metax_audit.checks.memo import FileMemo
-from metax_audit.models import BackendChain, ChainHop, Discovery, Finding, Severity, SourceFile, TraceResult
+from metax_audit.core.models import BackendChain, ChainHop, Discovery, Finding, Severity, SourceFile, TraceResult
+from metax_audit.stages.checks.capabilities import check_capabilities
+from metax_audit.stages.checks.memo import FileMemo
 
 BACKEND = '''
 class AttentionType:

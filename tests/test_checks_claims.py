@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.claims import check_claims, claims_in
-from metax_audit.models import Discovery, SourceFile
+from metax_audit.core.models import Discovery, SourceFile
+from metax_audit.stages.checks.claims import check_claims, claims_in
 
 
 def run(root: Path, text: str) -> list[tuple[int, str]]:
@@ -80,7 +80,7 @@ COMMENT_CASES = {
 def test_comments_from_the_tree_equal_tokenize(case: str) -> None:
     import ast
 
-    from metax_audit.checks.claims import _comments, _comments_from_tree
+    from metax_audit.stages.checks.claims import _comments, _comments_from_tree
 
     source, fast = COMMENT_CASES[case]
     got = _comments_from_tree(source, ast.parse(source))

@@ -6,8 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.graph_capture import capturable, check_graph_capture
-from metax_audit.models import BackendChain, CallSite, ChainHop, Discovery, Location, Severity, SourceFile, TraceResult
+from metax_audit.core.models import (
+    BackendChain,
+    CallSite,
+    ChainHop,
+    Discovery,
+    Location,
+    Severity,
+    SourceFile,
+    TraceResult,
+)
+from metax_audit.stages.checks.graph_capture import capturable, check_graph_capture
 
 IMPL = '''\
 import torch

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.imports import check_imports, imported_names
-from metax_audit.models import CallableFact, Discovery, Severity, SourceFile, StackFacts
+from metax_audit.core.models import CallableFact, Discovery, Severity, SourceFile, StackFacts
+from metax_audit.stages.checks.imports import check_imports, imported_names
 
 PORT = '''\
 from kern import Wrapper, NewWrapper

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metax_audit.checks.memo import FileMemo
+from metax_audit.stages.checks.memo import FileMemo
 
 
 def _review(root: Path, unit: tuple[str, ...], *, enabled: bool = True) -> tuple[list[str], FileMemo]:

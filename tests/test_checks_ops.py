@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit.checks.op_registrations import cpp_registrations
-from metax_audit.checks.op_table import build_table
-from metax_audit.checks.ops import check_ops, op_findings
-from metax_audit.config import AuditConfig
-from metax_audit.models import Discovery, Severity, SourceFile, StackFacts, UpstreamInfo
-from metax_audit.upstream import COMPILED_INDEX, compiled_op_names, schema_names, write_compiled_index
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.models import Discovery, Severity, SourceFile, StackFacts, UpstreamInfo
+from metax_audit.stages.checks.op_registrations import cpp_registrations
+from metax_audit.stages.checks.op_table import build_table
+from metax_audit.stages.checks.ops import check_ops, op_findings
+from metax_audit.stages.upstream import COMPILED_INDEX, compiled_op_names, schema_names, write_compiled_index
 
 UPSTREAM = {
     "up/vllm/__init__.py": "",
@@ -174,7 +174,7 @@ def test_table_records_what_was_read(tmp_path: Path) -> None:
 
 
 def test_manifest_keeps_the_torch_ops_of_the_stack(tmp_path: Path) -> None:
-    from metax_audit.introspect import load_manifest, write_manifest
+    from metax_audit.stages.introspect import load_manifest, write_manifest
 
     facts = StackFacts("py", "2026-01-01T00:00:00Z", "host", {}, torch_ops={"_flashmla_C": ("fwd_kvcache_mla",)})
     write_manifest(facts, tmp_path / "m.json")
@@ -192,7 +192,7 @@ def test_namespace_of_a_configured_kernel_package_is_not_checked_not_missing(tmp
 
 def test_port_registrations_are_kept_under_each_sources_text(tmp_path: Path, audit_cache: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from metax_audit.checks import op_table
+    from metax_audit.stages.checks import op_table
 
     disc, up = _setup(tmp_path, "0")
     fresh = build_table(disc.root, "port", ("csrc",), up)

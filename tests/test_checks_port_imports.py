@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.imports import absorb_consequences, check_port_imports, check_type_checking_names, import_sites
-from metax_audit.findings import make_finding
-from metax_audit.models import Discovery, Location, Severity, SourceFile
-from metax_audit.trace.symbols import Status, SymbolTable
+from metax_audit.core.findings import make_finding
+from metax_audit.core.models import Discovery, Location, Severity, SourceFile
+from metax_audit.stages.checks.imports import (
+    absorb_consequences,
+    check_port_imports,
+    check_type_checking_names,
+    import_sites,
+)
+from metax_audit.stages.trace.symbols import Status, SymbolTable
 
 UPSTREAM = {
     "up/__init__.py": "",

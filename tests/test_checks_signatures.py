@@ -7,10 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.kwargs import check_kwargs
-from metax_audit.checks.memo import FileMemo
-from metax_audit.checks.signatures import check_signatures
-from metax_audit.models import CallableFact, CallArg, CallSite, Location, ParamFact, Severity, StackFacts, TraceResult
+from metax_audit.core.models import (
+    CallableFact,
+    CallArg,
+    CallSite,
+    Location,
+    ParamFact,
+    Severity,
+    StackFacts,
+    TraceResult,
+)
+from metax_audit.stages.checks.kwargs import check_kwargs
+from metax_audit.stages.checks.memo import FileMemo
+from metax_audit.stages.checks.signatures import check_signatures
 
 TARGET = "kern.decode.Wrapper.run"
 
@@ -228,7 +237,7 @@ UP_CALL = (CallArg(None, 0, "kv"), CallArg(None, 1, "ws"), CallArg(None, 2, "chu
 ], ids=["port-keeps-old-order", "port-has-new-order", "not-the-port's-op", "wrapper-not-a-passthrough"])
 def test_positional_shift_judged_by_the_ops_schema_the_port_registers(registered: str, body: str, severity: Severity,
                                                                       tmp_path: Path) -> None:
-    from metax_audit.checks.op_table import build_table
+    from metax_audit.stages.checks.op_table import build_table
 
     wrapper = tmp_path / "up" / "_custom_ops.py"
     wrapper.parent.mkdir()

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metax_audit.checks import run_checks
-from metax_audit.checks.stack import installed_calls
-from metax_audit.models import (
+from metax_audit.core.models import (
     BackendChain,
     CallableFact,
     CallArg,
@@ -19,6 +17,8 @@ from metax_audit.models import (
     StackFacts,
     TraceResult,
 )
+from metax_audit.stages.checks import run_checks
+from metax_audit.stages.checks.stack import installed_calls
 
 PORT = '''\
 # Note: the vendor kernel does not support fp8 in:
@@ -58,7 +58,7 @@ def test_run_checks_chains_all_five(tmp_path: Path) -> None:
 
 
 def test_build_note_tells_vendor_from_upstream_builds() -> None:
-    from metax_audit.checks.stack import build_note
+    from metax_audit.stages.checks.stack import build_note
 
     vendor = CallableFact("k.f", "ok", "import", distribution="flashinfer", version="0.2.6+metax3.1.0")
     upstream = CallableFact("k.f", "ok", "import", distribution="flashinfer-python", version="0.2.6.post1")

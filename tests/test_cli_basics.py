@@ -77,10 +77,10 @@ def test_repo_without_the_port_package_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_contracts_ship_inside_the_package() -> None:
-    from metax_audit.contracts import default_contracts_path
+    from metax_audit.core.contracts import default_contracts_path
 
     path = default_contracts_path()
-    assert path.is_file(), "metax_audit/component-contracts.md must exist (a link to the top-level file)"
+    assert path.is_file(), "metax_audit/core/component-contracts.md must exist (a link to the top-level file)"
     assert "observation" in path.read_text(encoding="utf-8")
 
 

@@ -41,7 +41,7 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 def test_another_ports_config_narrows_nothing_the_metax_defaults_name(tmp_path: Path) -> None:
     """docs/ports/vllm-ascend.yaml keeps its own scope and kernel modules: the MetaX default globs
     select nothing in an Ascend layout and no file imports flashinfer, so nothing is left out."""
-    from metax_audit.config import _load_file, departures
+    from metax_audit.core.config import _load_file, departures
 
     project = Path(__file__).resolve().parents[1]
     config = _load_file(project / "docs" / "ports" / "vllm-ascend.yaml")
@@ -61,7 +61,7 @@ def test_another_ports_config_narrows_nothing_the_metax_defaults_name(tmp_path: 
 def test_a_metax_config_that_narrows_scope_names_the_files_left_out(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from metax_audit.config import AuditConfig, departures
+    from metax_audit.core.config import AuditConfig, departures
 
     root = _tree(tmp_path / "metax", {
         "vllm_metax/platform.py": "X = 1\n",

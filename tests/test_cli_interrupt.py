@@ -28,7 +28,7 @@ def test_interrupted_review_cleans_up(tmp_path: Path, sig: signal.Signals) -> No
 # delivered here from inside such code, so the timing is exact.
 _INTERRUPT_IN_EXEC = """
 import os, signal, sys
-import metax_audit.pipeline as pipeline
+import metax_audit.pipeline.review as pipeline
 from metax_audit.cli import main
 
 def stages(*args, **kwargs):

@@ -29,7 +29,7 @@ def test_reference_passes_and_wrong_lse_base_is_caught(tmp_path: Path) -> None:
 
 
 def test_probe_requests_render_the_command_that_reruns_them() -> None:
-    from metax_audit.models import ProbeRequest
+    from metax_audit.core.models import ProbeRequest
 
     request = ProbeRequest("flashinfer:BatchPrefillWithPagedKVCacheWrapper", "paged-prefill", ("lse", "dcp"))
     assert request.command == (

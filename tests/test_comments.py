@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from metax_audit.comments import read_comments
-from metax_audit.config import AuditConfig
+from metax_audit.core.comments import read_comments
+from metax_audit.core.config import AuditConfig
 
 MARKERS = AuditConfig().modification_markers
 

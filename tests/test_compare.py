@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.compare import compare
-from metax_audit.config import AuditConfig
-from metax_audit.models import Discovery, SourceFile, UpstreamInfo
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.models import Discovery, SourceFile, UpstreamInfo
+from metax_audit.stages.compare import compare
 
 REL = "v1/attention/backends/demo.py"
 REGISTRY = '''\
@@ -612,7 +612,7 @@ def test_foreign_branch_upstream_added_after_base_is_not_drift(tmp_path: Path) -
 
 
 def test_renaming_classes_leaves_the_shared_parse_untouched(tmp_path: Path) -> None:
-    from metax_audit.pysource import cached_parse
+    from metax_audit.core.pysource import cached_parse
 
     up = "class FlashBackend:\n    pass\n\ndef backend():\n    return FlashBackend\n"
     port = "class MacaFlashBackend:\n    pass\n\ndef backend():\n    return MacaFlashBackend\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from metax_audit.config import AuditConfig
-from metax_audit.counterparts import (
+from metax_audit.core.config import AuditConfig
+from metax_audit.stages.compare.counterparts import (
     default_upstream_path,
     map_classes,
     map_file,

@@ -96,11 +96,11 @@ def trees(tmp_path: Path, audit_cache: Path) -> tuple[Path, Path, Path]:
 
 def _compare(port: Path, up: Path, base: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, set[str]]:
     """The cached comparison, the one computed without any kept result, and the functions compared anew."""
-    from metax_audit import discover
-    from metax_audit.compare import compare, structure
-    from metax_audit.config import load_config
-    from metax_audit.resultcache import cached_compare
-    from metax_audit.upstream import resolve_upstream
+    from metax_audit.cache.resultcache import cached_compare
+    from metax_audit.core.config import load_config
+    from metax_audit.stages import discover
+    from metax_audit.stages.compare import compare, structure
+    from metax_audit.stages.upstream import resolve_upstream
 
     upstream, release = resolve_upstream(str(up)), resolve_upstream(str(base))
     config = load_config(port)
@@ -210,9 +210,9 @@ def test_calls_named_finds_what_a_walk_of_the_whole_tree_finds() -> None:
     """_callers_bind's calls of a function: only the nodes whose source spells the name are walked."""
     import ast
 
-    from metax_audit.comments import CommentMap
-    from metax_audit.compare.side import _callee, _Side
-    from metax_audit.compare.structure import _calls_named
+    from metax_audit.core.comments import CommentMap
+    from metax_audit.stages.compare.side import _callee, _Side
+    from metax_audit.stages.compare.structure import _calls_named
 
     texts = [textwrap.dedent('''\
         # a comment — with ≥ non-ASCII text before the calls

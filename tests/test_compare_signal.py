@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.compare import compare
-from metax_audit.config import AuditConfig
-from metax_audit.findings import make_finding
-from metax_audit.models import (
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.findings import make_finding
+from metax_audit.core.models import (
     CallableFact,
     CallSite,
     Category,
@@ -25,7 +24,8 @@ from metax_audit.models import (
     StackFacts,
     UpstreamInfo,
 )
-from metax_audit.triage import group_per_call, triage
+from metax_audit.stages.compare import compare
+from metax_audit.stages.triage import group_per_call, triage
 
 REL = "v1/attention/backends/demo.py"
 # An out-of-tree platform that answers one capability predicate with a constant, as a vendor port does.
@@ -333,7 +333,7 @@ def test_importing_upstreams_own_function_is_not_a_removal(tmp_path: Path) -> No
 
 
 def test_a_check_finding_on_a_statement_upstream_also_has_is_labelled_inherited(tmp_path: Path) -> None:
-    from metax_audit.triage import Counterparts, label_inherited
+    from metax_audit.stages.triage import Counterparts, label_inherited
 
     _write(tmp_path / "port", "vllm_metax/fi.py", "def f(q):\n    w = Wrapper(q, backend='auto')\n    v = Wrapper(q, mine=1)\n")
     _write(tmp_path / "up", "vllm/fi.py", "def f(q):\n    w = Wrapper(q,\n                backend='auto')\n")
@@ -377,7 +377,7 @@ def test_a_branch_for_a_kv_cache_dtype_the_port_does_not_support_never_runs(tmp_
 
 
 def test_the_cache_key_of_a_comparison_covers_the_platform_and_callers_in_other_files(tmp_path: Path) -> None:
-    from metax_audit.compare import compare_dependencies
+    from metax_audit.stages.compare import compare_dependencies
 
     root = tmp_path / "port"
     _write(root, f"vllm_metax/{REL}", "def _dequant(kv):\n    return kv\n")
@@ -402,7 +402,7 @@ def test_the_cache_key_of_a_comparison_covers_the_platform_and_callers_in_other_
 
 
 def test_a_difference_at_the_line_of_an_error_joins_the_error_as_its_root_cause() -> None:
-    from metax_audit.triage import merge_into_errors
+    from metax_audit.stages.triage import merge_into_errors
 
     error = Finding("MXA105", Category.SIGNATURE, Severity.ERROR, Location("vllm_metax/x.py", 912, "f"),
                     "positional lands on batch_size", ("installed: op(a, b)",))
@@ -540,7 +540,7 @@ def test_a_grouped_finding_leads_with_its_most_consequential_hunk(tmp_path: Path
 
 
 def test_hunk_kinds_rank_kernel_calls_first() -> None:
-    from metax_audit.consequence import lead_rank
+    from metax_audit.stages.compare.consequence import lead_rank
 
     hunks = [("added", "port adds: window = meta.sliding_window"),
              ("changed", "differs at ...dtype [upstream: fp8 | port: int8]; upstream: use_fp8 = dtype == 'fp8'"),
@@ -567,7 +567,7 @@ def test_an_upstream_argument_to_a_port_function_that_answers_a_constant_is_info
 
 
 def test_a_flow_finding_at_a_merge_call_upstream_also_has_is_labelled_inherited(tmp_path: Path) -> None:
-    from metax_audit.triage import Counterparts, label_inherited
+    from metax_audit.stages.triage import Counterparts, label_inherited
 
     _write(tmp_path / "port", "vllm_metax/fi.py", "def run(a, b):\n    merge_attn_states(out, a.o, a.lse, b.o, b.lse)\n")
     _write(tmp_path / "up", "vllm/fi.py", "def run(a, b):\n    merge_attn_states(out, a.o, a.lse,\n        b.o, b.lse)\n")

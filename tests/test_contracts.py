@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.contracts import (
+from metax_audit.core.contracts import (
     ContractError,
     check_contracts,
     contract_findings,
@@ -17,8 +17,8 @@ from metax_audit.contracts import (
     pattern_matches,
     validation_for,
 )
-from metax_audit.errors import AuditError, ProbeError
-from metax_audit.models import Category, ProbeResult, Severity
+from metax_audit.core.errors import AuditError, ProbeError
+from metax_audit.core.models import Category, ProbeResult, Severity
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -171,7 +171,7 @@ def test_probe_arguments_order_and_dict_view():
 
 def test_project_contracts_are_kept_under_the_files_bytes(tmp_path: Path, audit_cache: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import metax_audit.contracts as contracts_mod
+    import metax_audit.core.contracts as contracts_mod
 
     doc = tmp_path / "component-contracts.md"
     doc.write_text(DOC, encoding="utf-8")

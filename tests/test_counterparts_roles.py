@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.compare import compare
-from metax_audit.config import AuditConfig
-from metax_audit.counterparts import map_file
-from metax_audit.discover import discover
-from metax_audit.models import UpstreamInfo
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.models import UpstreamInfo
+from metax_audit.stages.compare import compare
+from metax_audit.stages.compare.counterparts import map_file
+from metax_audit.stages.discover import discover
 
 FIXTURE = Path(__file__).parent / "fixtures" / "npu_port"
 CFG = AuditConfig(port_package="vllm_npu", scope=("{port}/attention/**/*.py", "{port}/platform.py"),
@@ -175,7 +175,7 @@ def test_abstract_check_skips_classes_with_a_mixin_from_elsewhere(trees: tuple[P
 
 
 def test_per_file_compare_cache_follows_the_ports_intermediate_class(trees: tuple[Path, Path]) -> None:
-    from metax_audit.resultcache import cached_compare
+    from metax_audit.cache.resultcache import cached_compare
 
     port, up = trees
     (port / "vllm_npu/attention/base_b.py").write_text(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.checks.lse import check_dataflow
-from metax_audit.contracts import Contracts, parse_contracts
-from metax_audit.models import Category
+from metax_audit.core.contracts import Contracts, parse_contracts
+from metax_audit.core.models import Category
+from metax_audit.stages.checks.lse import check_dataflow
 
 CONTRACTS = '''
 ```yaml
@@ -388,7 +388,7 @@ def test_an_expression_too_deep_to_walk_is_coverage_not_a_crash(tmp_path, contra
     """A statement nesting deeper than the walk follows is recorded as not analysed (MXA002,
     coverage) and the walk goes on to find the real flow. (The bound is lowered here to keep the
     input small; the 500-term case is the next test.)"""
-    from metax_audit.dataflow import walker
+    from metax_audit.stages.dataflow import walker
 
     monkeypatch.setattr(walker, "MAX_EXPR_DEPTH", 20)
     deep = " + ".join(["'a'"] * 50)
@@ -415,7 +415,7 @@ def test_a_500_term_expression_is_coverage_not_a_crash(tmp_path, contracts):
     """At the parse's bound: the file is parsed and the expression cut below 100 levels
     (pysource.prune_deep), so the review reports the statement once, as discover's MXA002
     "expression too deep to analyse"; the walk meets the cut, and says nothing more about it."""
-    from metax_audit.pysource import cached_parse, too_deep_lines
+    from metax_audit.core.pysource import cached_parse, too_deep_lines
 
     deep = " + ".join(["'a'"] * 500)
     flows, findings, _ = _run(tmp_path, contracts, f"""

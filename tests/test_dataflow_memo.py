@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 from metax_audit import demo
-from metax_audit.contracts import project_contracts
-from metax_audit.dataflow.analysis import follow
-from metax_audit.dataflow.facts import DataflowFacts
+from metax_audit.core.contracts import project_contracts
+from metax_audit.stages.dataflow.analysis import follow
+from metax_audit.stages.dataflow.facts import DataflowFacts
 
 MERGE = "vllm_metax/v1/attention/ops/merge_attn_states.py"
 FLASHINFER = "vllm_metax/v1/attention/backends/flashinfer.py"
@@ -57,7 +57,7 @@ def test_an_edit_is_seen_by_the_walk_that_entered_the_edited_file(tmp_path: Path
 
 
 def test_a_served_review_parses_no_module_and_an_edit_reaches_the_scope(tmp_path: Path, audit_cache: Path, monkeypatch) -> None:
-    from metax_audit.dataflow import analysis
+    from metax_audit.stages.dataflow import analysis
 
     root = _port(tmp_path)
     first = _follow(root, True)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import git
 
+from metax_audit.core.errors import AuditError
 from metax_audit.demo import build_demo_repo, data_root, port_root, stack_root, upstream_root
-from metax_audit.errors import AuditError
 
 
 def _py_files(root: Path) -> list[Path]:

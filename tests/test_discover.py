@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit.config import AuditConfig
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.errors import DiscoverError
+from metax_audit.core.models import Discovery
 from metax_audit.demo import port_root
-from metax_audit.discover import coverage_findings, discover, registration_findings, widen
-from metax_audit.errors import DiscoverError
-from metax_audit.models import Discovery
+from metax_audit.stages.discover import coverage_findings, discover, registration_findings, widen
 
 CFG = AuditConfig()
 BACKENDS = "vllm_metax/v1/attention/backends"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit import pysource
-from metax_audit.config import AuditConfig
+from metax_audit.core import pysource
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.pysource import find_module, module_name, resolve_relative
 from metax_audit.demo import port_root
-from metax_audit.discover import coverage_findings, discover, registrations, scope, stage
-from metax_audit.pysource import find_module, module_name, resolve_relative
+from metax_audit.stages.discover import coverage_findings, discover, registrations, scope, stage
 
 CFG = AuditConfig()
 FLASHINFER = "vllm_metax/v1/attention/backends/flashinfer.py"

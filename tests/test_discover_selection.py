@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.config import AuditConfig
-from metax_audit.discover import discover, registration_findings
-from metax_audit.selection import selections
+from metax_audit.core.config import AuditConfig
+from metax_audit.stages.discover import discover, registration_findings
+from metax_audit.stages.discover.selection import selections
 
 FIXTURE = Path(__file__).parent / "fixtures" / "npu_port"
 CFG = AuditConfig(port_package="vllm_npu", scope=("{port}/attention/**/*.py", "{port}/platform.py"),
@@ -180,7 +180,7 @@ def test_review_of_the_fixture_port_by_configuration_alone(tmp_path: Path) -> No
 
 
 def test_documented_vllm_ascend_configuration_loads() -> None:
-    from metax_audit.config import load_config
+    from metax_audit.core.config import load_config
 
     docs = Path(__file__).resolve().parents[1] / "docs" / "ports"
     cfg = load_config(Path("."), docs / "vllm-ascend.yaml")

@@ -1,4 +1,4 @@
-# metax_audit.evidence: the environment record is collected in a subprocess with every fact
+# metax_audit.stages.probing.evidence: the environment record is collected in a subprocess with every fact
 # guarded, round-trips through a file, and a changed stack is reported line by line.
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.errors import AuditError
-from metax_audit.evidence import _worker, collect_environment, diff_environment, load_environment, save_environment
+from metax_audit.core.errors import AuditError
+from metax_audit.stages.probing.evidence import (
+    _worker,
+    collect_environment,
+    diff_environment,
+    load_environment,
+    save_environment,
+)
 
 
 def test_collect_in_subprocess_has_guarded_facts(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import metax_audit.checks.signatures
-import metax_audit.compare  # noqa: F401 - declares MXA201
-from metax_audit.findings import make_finding
-from metax_audit.fingerprints import disambiguate, normalize
-from metax_audit.models import Location
+import metax_audit.stages.checks.signatures
+import metax_audit.stages.compare  # noqa: F401 - declares MXA201
+from metax_audit.core.findings import make_finding
+from metax_audit.core.fingerprints import disambiguate, normalize
+from metax_audit.core.models import Location
 
 FI = "vllm_metax/v1/attention/backends/flashinfer.py"
 
@@ -68,7 +68,7 @@ def test_id_is_a_field_set_once() -> None:
 
 def _review_ids(repo: Path) -> dict[str, tuple[str, int, str]]:
     from metax_audit import demo as demo_mod
-    from metax_audit.pipeline import ReviewOptions, review
+    from metax_audit.pipeline.review import ReviewOptions, review
 
     options = ReviewOptions(mode="worktree", repo=repo, upstream=str(demo_mod.upstream_root()),
                             extra_path=(demo_mod.stack_root(),))

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import report_factory as rf
 
-from metax_audit.models import BaselineState, Category, Finding, Location, Severity
+from metax_audit.core.models import BaselineState, Category, Finding, Location, Severity
 from metax_audit.report.first_screen import first_screen
 from metax_audit.report.markdown import render_summary
 

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from metax_audit.kernels import h2o_scores_reference  # noqa: E402
+from metax_audit.stages.probing.kernels import h2o_scores_reference  # noqa: E402
 from probes.base import ProbeContext  # noqa: E402
 from probes.h2o import CONTROLS, build_case, probe_h2o, score_checks, topk_agreement  # noqa: E402
 from probes.registry import registry, wrap_callable  # noqa: E402

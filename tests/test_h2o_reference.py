@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from metax_audit.kernels import block_scores, block_scores_reference, h2o_scores, h2o_scores_reference  # noqa: E402
+from metax_audit.stages.probing.kernels import block_scores, block_scores_reference, h2o_scores, h2o_scores_reference  # noqa: E402
 from probes.h2o import build_case, true_lse  # noqa: E402
 
 LENS = (37, 0, 300, 16, 129)
@@ -149,6 +149,6 @@ def test_block_scores_follow_table_order():
 
 
 def test_importing_the_kernels_loads_neither_torch_nor_triton():
-    code = "import sys, metax_audit.kernels; print('torch' in sys.modules, 'triton' in sys.modules)"
+    code = "import sys, metax_audit.stages.probing.kernels; print('torch' in sys.modules, 'triton' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["False", "False"]

@@ -31,7 +31,7 @@ MODULES = _modules()
 
 
 def test_the_walk_finds_the_packages_and_their_stages() -> None:
-    assert {"metax_audit", "metax_audit.pipeline", "metax_audit.checks", "probes", "probes.registry"} <= set(MODULES)
+    assert {"metax_audit", "metax_audit.pipeline.review", "metax_audit.stages.checks", "probes", "probes.registry"} <= set(MODULES)
     assert not any(".data." in m for m in MODULES)
 
 
@@ -100,7 +100,7 @@ def test_the_graph_tool_finds_a_cycle_and_a_backward_edge(tmp_path: Path) -> Non
 
     write_tree(tmp_path, {
         "metax_audit/__init__.py": "",
-        "metax_audit/discover.py": "from metax_audit import report\n",
+        "metax_audit/stages/discover.py": "from metax_audit import report\n",
         "metax_audit/report/__init__.py": "",
         "metax_audit/report/markdown.py": "def f():\n    from metax_audit.report.json_report import render\n",
         "metax_audit/report/json_report.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
@@ -110,4 +110,4 @@ def test_the_graph_tool_finds_a_cycle_and_a_backward_edge(tmp_path: Path) -> Non
     graph = GRAPH.import_graph(tmp_path)
     assert GRAPH.cycles(graph) == ["metax_audit.report.json_report -> metax_audit.report.markdown -> "
                                    "metax_audit.report.json_report"]
-    assert GRAPH.backward_edges(graph) == ["metax_audit.discover -> metax_audit.report"]
+    assert GRAPH.backward_edges(graph) == ["metax_audit.stages.discover -> metax_audit.report"]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit import introspect as introspect_mod
-from metax_audit import subproc
-from metax_audit.introspect import introspect, prestart
+from metax_audit.core import subproc
+from metax_audit.stages import introspect as introspect_mod
+from metax_audit.stages.introspect import introspect, prestart
 
 
 @pytest.fixture
@@ -94,8 +94,8 @@ def test_started_process_does_not_block_on_unread_stderr(tmp_path: Path) -> None
 
 
 def test_review_prestarts_only_for_a_real_stack_not_yet_seen(tmp_path: Path, audit_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from metax_audit.config import AuditConfig
-    from metax_audit.pipeline import ReviewOptions, _prestart_introspection
+    from metax_audit.core.config import AuditConfig
+    from metax_audit.pipeline.review import ReviewOptions, _prestart_introspection
 
     config = AuditConfig()
     assert _prestart_introspection(config, ReviewOptions(extra_path=(tmp_path,))) is None  # a stub stack

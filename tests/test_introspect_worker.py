@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit.errors import IntrospectError
-from metax_audit.introspect import introspect, load_manifest, write_manifest
-from metax_audit.introspect_worker.signatures import kwargs_usage, pybind_signature
+from metax_audit.core.errors import IntrospectError
+from metax_audit.stages.introspect import introspect, load_manifest, write_manifest
+from metax_audit.stages.introspect_worker.signatures import kwargs_usage, pybind_signature
 
 GOOD = '''
 import functools
@@ -187,7 +187,7 @@ def test_worker_is_stdlib_only_at_module_level() -> None:
     """Each module of the worker package imports the stdlib and its siblings (relative) only."""
     import ast
 
-    files = sorted(Path(__file__).parents[1].joinpath("metax_audit", "introspect_worker").glob("*.py"))
+    files = sorted(Path(__file__).parents[1].joinpath("metax_audit", "stages", "introspect_worker").glob("*.py"))
     assert {f.name for f in files} >= {"__init__.py", "__main__.py", "protocol.py", "fence.py"}
     for path in files:
         body = ast.parse(path.read_text()).body
@@ -206,8 +206,8 @@ def test_port_is_read_from_the_snapshot_never_imported(tmp_path: Path) -> None:
 
 
 def test_stack_targets_adds_imported_kernel_names(tmp_path: Path) -> None:
-    from metax_audit.introspect import stack_targets
-    from metax_audit.models import Discovery, SourceFile, TraceResult
+    from metax_audit.core.models import Discovery, SourceFile, TraceResult
+    from metax_audit.stages.introspect import stack_targets
 
     write_tree(tmp_path, {"port/a.py": "from kern.decode import _helper\nimport os\n"})
     d = Discovery(tmp_path, "port", (SourceFile("port/a.py", "port.a", "glob"),), (), (), (), {})
@@ -216,9 +216,9 @@ def test_stack_targets_adds_imported_kernel_names(tmp_path: Path) -> None:
 
 def test_stack_targets_keep_each_files_imports_under_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the cache, the targets equal a fresh read; an unchanged file is not read again, a changed one is."""
-    from metax_audit import pysource
-    from metax_audit.introspect import stack_targets
-    from metax_audit.models import Discovery, SourceFile, TraceResult
+    from metax_audit.core import pysource
+    from metax_audit.core.models import Discovery, SourceFile, TraceResult
+    from metax_audit.stages.introspect import stack_targets
 
     write_tree(tmp_path, {"port/a.py": "from kern.decode import _helper\nimport os\n",
                           "port/b.py": "def f():\n    from kern import run, _x\n    import kern.ops\n"})
@@ -266,7 +266,7 @@ PORT_TARGETS = ["portpkg.ops.merge", "portpkg.merged", "portpkg.Layer", "portpkg
 
 
 def test_the_port_read_in_process_equals_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from metax_audit.introspect import stage
+    from metax_audit.stages.introspect import stage
 
     snapshot = write_tree(tmp_path / "snap", PORT_READ)
     roots = [snapshot]

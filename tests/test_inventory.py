@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import report_factory as rf
 
-from metax_audit.errors import ConfigError
-from metax_audit.inventory import _reaches, build_report, exit_code, summary_line
-from metax_audit.models import CallSite, Category, ConfigSwitch, Finding, Location, Severity
-from metax_audit.pysource import too_large
+from metax_audit.core.errors import ConfigError
+from metax_audit.core.models import CallSite, Category, ConfigSwitch, Finding, Location, Severity
+from metax_audit.core.pysource import too_large
+from metax_audit.stages.inventory import _reaches, build_report, exit_code, summary_line
 
 
 def _record(report, path):
@@ -258,7 +258,7 @@ def test_inactive_path_only_for_unconditional_switches(condition, expected):
     ],
 )
 def test_feature_words_match_whole_words(text, target, expected):
-    from metax_audit.checks.inactive_path import _feature_words, _mentions
+    from metax_audit.stages.checks.inactive_path import _feature_words, _mentions
 
     assert _mentions(text, _feature_words(ConfigSwitch(target, "True", "", Location("p.py", 1)))) is expected
 
@@ -286,14 +286,14 @@ def test_removed_items_are_not_retained_adaptations():
     ],
 )
 def test_calls_behind_the_feature(branch, expected):
-    from metax_audit.checks.inactive_path import _behind
+    from metax_audit.stages.checks.inactive_path import _behind
 
     assert _behind(branch, ("cascade",)) is expected
 
 
 def test_contract_probe_is_named_for_an_unvalidated_difference_on_a_kernel_call() -> None:
-    from metax_audit.inventory import _validated
-    from metax_audit.models import CallSite, Difference, Location
+    from metax_audit.core.models import CallSite, Difference, Location
+    from metax_audit.stages.inventory import _validated
 
     call = CallSite(Location("p/fi.py", 12), "Impl.forward", "w.run", "flashinfer.Wrapper.run", "external")
     other = CallSite(Location("p/fi.py", 30), "Impl.forward", "x.run", "flashinfer.Other.run", "external")

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import fingerprint, git, write_tree
 
-from metax_audit import kept_snapshot, resultcache, subproc
-from metax_audit import snapshot as snapshot_mod
-from metax_audit.snapshot import snapshot
+from metax_audit.cache import kept_snapshot, resultcache
+from metax_audit.core import subproc
+from metax_audit.stages import snapshot as snapshot_mod
+from metax_audit.stages.snapshot import snapshot
 
 ONLY = ("pkg", "pyproject.toml")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from metax_audit.config import AuditConfig, _from_mapping
-from metax_audit.errors import ConfigError
-from metax_audit.introspect import introspect
-from metax_audit.introspect_worker.schemas import schema_fact
+from metax_audit.core.config import AuditConfig, _from_mapping
+from metax_audit.core.errors import ConfigError
+from metax_audit.stages.introspect import introspect
+from metax_audit.stages.introspect_worker.schemas import schema_fact
 
 STACK = Path(__file__).parent / "fixtures" / "npu_port" / "stack"
 ROOTS = [str(STACK)]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit import introspect as introspect_mod
-from metax_audit import pysource
-from metax_audit.introspect import cache as introspect_cache
-from metax_audit.models import StackFacts
+from metax_audit.core import pysource
+from metax_audit.core.models import StackFacts
+from metax_audit.stages import introspect as introspect_mod
+from metax_audit.stages.introspect import cache as introspect_cache
 
 
 @pytest.fixture(autouse=True)
@@ -266,7 +266,7 @@ def test_an_edited_editable_checkout_changes_the_fingerprint(tmp_path: Path) -> 
 
 def test_a_complete_release_in_the_cache_is_fingerprinted_by_its_marker(audit_cache: Path, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from metax_audit.upstream import COMPLETE_MARKER
+    from metax_audit.stages.upstream import COMPLETE_MARKER
 
     release = audit_cache / "upstream" / "fakevllm-1.0"
     module = release / "fakevllm" / "ops.py"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.forked import Forked
+from metax_audit.core.forked import Forked
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 
@@ -89,7 +89,7 @@ def test_no_fork_while_other_threads_run() -> None:
     import os
     import threading
 
-    from metax_audit.forked import Forked
+    from metax_audit.core.forked import Forked
 
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)

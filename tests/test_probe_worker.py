@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from metax_audit import probing
-from metax_audit.errors import ProbeError
+from metax_audit.core.errors import ProbeError
+from metax_audit.stages import probing
 
 
 def test_hang_and_crash_are_errors_and_the_worker_carries_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,8 +42,8 @@ def test_no_cuda_device_skips_before_any_process_starts(monkeypatch: pytest.Monk
     def no_spawn(*a: object, **k: object) -> None:
         raise AssertionError("a worker was started")
 
-    monkeypatch.setattr("metax_audit.probing.run.cuda_device_present", lambda: False)
-    monkeypatch.setattr("metax_audit.subproc.spawn_python", no_spawn)
+    monkeypatch.setattr("metax_audit.stages.probing.run.cuda_device_present", lambda: False)
+    monkeypatch.setattr("metax_audit.core.subproc.spawn_python", no_spawn)
     rs = probing.run_targets(probing.backend_targets("flashinfer"), probes=(), device="auto")
     assert rs and all(r.verdict == "skipped" and r.details["no_device"] for r in rs)
     assert all(r.skipped_reason.startswith(probing.NO_DEVICE) for r in rs)
@@ -55,7 +55,7 @@ def test_cli_lines_outside_a_terminal_and_exit_2_for_an_unloadable_target(tmp_pa
     from metax_audit.cli import app
 
     runner = CliRunner()
-    monkeypatch.setattr("metax_audit.probing.run.cuda_device_present", lambda: False)
+    monkeypatch.setattr("metax_audit.stages.probing.run.cuda_device_present", lambda: False)
     ok = runner.invoke(app, ["probe", "--target", "torch-reference", "--family", "paged-decode", "--probes", "lse,graph-capture",
                              "--output-dir", str(tmp_path / "o")])
     assert ok.exit_code == 0, ok.output

@@ -1,4 +1,4 @@
-# metax_audit.probing: probes in real subprocesses (a crash and a hang become error results),
+# metax_audit.stages.probing: probes in real subprocesses (a crash and a hang become error results),
 # backend and trace target mapping, findings with per-hypothesis evidence.
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.errors import ProbeError
-from metax_audit.models import BackendChain, CallSite, Category, ChainHop, Location, ProbeResult, Severity
-from metax_audit.probing import (
+from metax_audit.core.errors import ProbeError
+from metax_audit.core.models import BackendChain, CallSite, Category, ChainHop, Location, ProbeResult, Severity
+from metax_audit.stages.probing import (
     FAMILIES,
     PROBES,
     backend_targets,
@@ -125,7 +125,7 @@ def test_markdown_report_lists_every_result() -> None:
 
 
 def test_applicable_probes_per_family() -> None:
-    from metax_audit.probing import applicable
+    from metax_audit.stages.probing import applicable
 
     assert "graph-capture" in applicable("paged-decode") and "query-count" not in applicable("paged-decode")
     assert applicable("merge-states") == ("lse", "dcp")

@@ -11,7 +11,7 @@ import pytest
 from conftest import fingerprint, git
 
 from metax_audit import demo
-from metax_audit.snapshot import snapshot
+from metax_audit.stages.snapshot import snapshot
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -93,8 +93,8 @@ def test_snapshot_records_links_and_never_writes_through_them(tmp_path: Path) ->
 
 
 def test_place_refuses_paths_leaving_the_snapshot(tmp_path: Path) -> None:
-    from metax_audit.errors import SnapshotError
-    from metax_audit.snapshot import _place
+    from metax_audit.core.errors import SnapshotError
+    from metax_audit.stages.snapshot import _place
 
     root = tmp_path / "snap"
     root.mkdir()
@@ -191,8 +191,8 @@ def test_metadata_queries_in_the_target_interpreter_run_no_customize_module(tmp_
     """The installed-versions query (stack pins) and the installed-distribution query (--installed)
     run in --python's interpreter behind the fence: the checkout's sitecustomize never runs there,
     and the answers are still read from that interpreter's metadata."""
-    from metax_audit import snapshot as snapshot_mod
-    from metax_audit.stack_pins import installed_versions
+    from metax_audit.stages import snapshot as snapshot_mod
+    from metax_audit.stages.introspect.stack_pins import installed_versions
 
     python, markers = editable_install(tmp_path, demo_repo)
     assert installed_versions(["pytest", "no-such-dist"], str(python)) == {"pytest": __import__("pytest").__version__}
@@ -202,7 +202,7 @@ def test_metadata_queries_in_the_target_interpreter_run_no_customize_module(tmp_
 
 
 def test_port_fence_of_a_probe_target() -> None:
-    from metax_audit.probing.run import port_fence
+    from metax_audit.stages.probing.run import port_fence
 
     assert port_fence("flashinfer:BatchDecodeWithPagedKVCacheWrapper", ["vllm_metax"]) == ("vllm_metax",)
     assert port_fence("torch-reference", ["vllm_ascend"]) == ("vllm_ascend",)
@@ -382,7 +382,7 @@ def test_prune_deep_cuts_each_too_deep_expression_once_and_only_those() -> None:
     import ast
     import copy
 
-    from metax_audit.pysource import EXPR_DEPTH_LIMIT, TOO_DEEP_NAME, parse, prune_deep, too_deep_lines
+    from metax_audit.core.pysource import EXPR_DEPTH_LIMIT, TOO_DEEP_NAME, parse, prune_deep, too_deep_lines
 
     for kind, expr in DEEP_EXPR.items():
         tree = parse(f"def g(x={expr}):\n    return {expr}\n\nY = f'{{{expr}}}'\n")
@@ -404,7 +404,7 @@ def test_prune_deep_cuts_each_too_deep_expression_once_and_only_those() -> None:
 def test_compare_dump_is_ast_dump_without_recursion() -> None:
     import ast
 
-    from metax_audit.pysource import dump, dump_iterative
+    from metax_audit.core.pysource import dump, dump_iterative
 
     for path in sorted((PROJECT / "metax_audit").rglob("*.py"))[:40]:
         for node in ast.walk(ast.parse(path.read_text())):

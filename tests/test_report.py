@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 import report_factory as rf
 
-from metax_audit.errors import ReportError
-from metax_audit.models import Category, Finding, Location, Severity
+from metax_audit.core.errors import ReportError
+from metax_audit.core.models import Category, Finding, Location, Severity
 from metax_audit.report import parse_formats, write_reports
 from metax_audit.report.json_report import dumps, load_schema, to_json_dict
 from metax_audit.report.junit import to_junit_xml
@@ -238,7 +238,7 @@ def test_markdown_escapes_html_and_table_pipes(tmp_path):
 
 
 def test_markdown_says_which_stages_did_not_run(tmp_path):
-    from metax_audit.models import StageRecord
+    from metax_audit.core.models import StageRecord
 
     stages = [StageRecord("trace", False, 0.0, "discover failed")]
     report = rf.make_report(trace=None, stages=stages)

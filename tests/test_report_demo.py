@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from metax_audit.models import AuditReport
+from metax_audit.core.models import AuditReport
 from metax_audit.report import write_reports
 
 GOLDEN = Path(__file__).parent / "golden" / "demo"
@@ -30,7 +30,7 @@ def normalise(report: AuditReport) -> AuditReport:
 
 def _review(repo: Path) -> AuditReport:
     from metax_audit import demo as demo_mod
-    from metax_audit.pipeline import ReviewOptions, review
+    from metax_audit.pipeline.review import ReviewOptions, review
 
     demo_mod.build_demo_repo(repo)
     options = ReviewOptions(mode="staged", repo=repo, upstream=str(demo_mod.upstream_root()), extra_path=(demo_mod.stack_root(),))
@@ -80,8 +80,8 @@ def test_every_rule_of_a_review_is_declared_in_a_fresh_interpreter(tmp_path):
         "import sys\n"
         "from pathlib import Path\n"
         "from metax_audit import demo\n"
-        "from metax_audit.findings import RULES\n"
-        "from metax_audit.pipeline import ReviewOptions, review\n"
+        "from metax_audit.core.findings import RULES\n"
+        "from metax_audit.pipeline.review import ReviewOptions, review\n"
         "repo = demo.build_demo_repo(Path(sys.argv[1]))\n"
         "report = review(ReviewOptions(mode='staged', repo=repo, upstream=str(demo.upstream_root()),\n"
         "                              extra_path=(demo.stack_root(),))).report\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metax_audit import rules_doc
-from metax_audit.findings import RULES
+from metax_audit.core.findings import RULES
+from metax_audit.report import rules_doc
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
 
@@ -33,17 +33,17 @@ def test_missing_rule_module_is_skipped(monkeypatch):
 def test_excluded_modules_are_not_imported():
     assert rules_doc._excluded("metax_audit.cli")
     assert rules_doc._excluded("metax_audit.demo.data.port")
-    assert not rules_doc._excluded("metax_audit.checks.stack")
+    assert not rules_doc._excluded("metax_audit.stages.checks.stack")
 
 
 def test_every_rule_says_what_makes_each_severity_with_an_example():
-    from metax_audit.severity_doc import SEVERITY
+    from metax_audit.report.severity_doc import SEVERITY
 
     text = rules_doc.render_rules_markdown()
     for rule in rules_doc.load_all_rules().values():
         entries = SEVERITY.get(rule.id, ())
         assert rule.severity.value in {sev for sev, _, _ in entries}, (
-            f"{rule.id}: add what makes it {rule.severity.value} (and an example) to metax_audit/severity_doc.py")
+            f"{rule.id}: add what makes it {rule.severity.value} (and an example) to metax_audit/report/severity_doc.py")
         for sev, when, example in entries:
             assert sev in {"error", "warning", "info"} and when and example
             assert f"- **{sev}** when {when}. Example: {example}." in text

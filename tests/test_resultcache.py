@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit.models import AuditReport
+from metax_audit.core.models import AuditReport
 
 
 def _review(repo: Path, **kw: object) -> AuditReport:
     from metax_audit import demo as demo_mod
-    from metax_audit.pipeline import ReviewOptions, review
+    from metax_audit.pipeline.review import ReviewOptions, review
 
     options = ReviewOptions(mode="rev", rev="HEAD", repo=repo, upstream=str(demo_mod.upstream_root()),
                             extra_path=(demo_mod.stack_root(),))
@@ -64,11 +64,11 @@ def test_a_changed_file_or_upstream_is_recomputed(demo_repo: Path, tmp_path: Pat
 def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_file(demo_repo: Path,
                                                                                    audit_cache: Path) -> None:
     from metax_audit import demo as demo_mod
-    from metax_audit import discover, snapshot
-    from metax_audit.compare import compare
-    from metax_audit.config import load_config
-    from metax_audit.resultcache import cached_compare
-    from metax_audit.upstream import resolve_upstream
+    from metax_audit.cache.resultcache import cached_compare
+    from metax_audit.core.config import load_config
+    from metax_audit.stages import discover, snapshot
+    from metax_audit.stages.compare import compare
+    from metax_audit.stages.upstream import resolve_upstream
 
     up = resolve_upstream(str(demo_mod.upstream_root()))
 
@@ -91,8 +91,8 @@ def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_f
 def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Path, audit_cache: Path) -> None:
     """compare_dependencies: a file's digest changes when another port file starts or stops naming a
     function it defines, and only then; computed once per name (linear in files)."""
-    from metax_audit.compare import compare_dependencies
-    from metax_audit.config import AuditConfig
+    from metax_audit.core.config import AuditConfig
+    from metax_audit.stages.compare import compare_dependencies
 
     pkg = tmp_path / "vllm_metax"
     pkg.mkdir()
@@ -112,7 +112,7 @@ def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Pa
     assert all(third[p] != second[p] for p in paths[:3]) and third["vllm_metax/helper.py"] == first["vllm_metax/helper.py"]
     # cached_compare keeps what it reads of each file (the functions it defines, the port modules it imports,
     # the imports its key reads) under its bytes: the same digests, a new function or import seen at once
-    from metax_audit import resultcache
+    from metax_audit.cache import resultcache
 
     def kept() -> dict[str, str]:
         return compare_dependencies(tmp_path, AuditConfig(), paths,

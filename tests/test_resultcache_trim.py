@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit import resultcache
+from metax_audit.cache import resultcache
 
 
 def _entry(kind: str, name: str, size: int, age_s: float) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import fingerprint, git
 
-from metax_audit.errors import SnapshotError
-from metax_audit.snapshot import default_mode, run_test_command, snapshot
+from metax_audit.core.errors import SnapshotError
+from metax_audit.stages.snapshot import default_mode, run_test_command, snapshot
 
 
 @pytest.fixture()

@@ -9,11 +9,19 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from metax_audit import stack_pins, subproc
-from metax_audit.config import AuditConfig
-from metax_audit.models import Severity
-from metax_audit.stack_pins import UNAVAILABLE, bind, binding_findings, extract_sources, public_base, read_pins
-from metax_audit.upstream import COMPLETE_MARKER
+from metax_audit.core import subproc
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.models import Severity
+from metax_audit.stages.introspect import stack_pins
+from metax_audit.stages.introspect.stack_pins import (
+    UNAVAILABLE,
+    bind,
+    binding_findings,
+    extract_sources,
+    public_base,
+    read_pins,
+)
+from metax_audit.stages.upstream import COMPLETE_MARKER
 
 PINS = {
     "requirements/common.txt": "numpy\n# flashinfer==0.0.1 (a comment)\n",
@@ -156,8 +164,8 @@ def test_local_archive_post_release_stands_in(tmp_path: Path, monkeypatch: pytes
 def test_unknown_keyword_against_a_public_base_stand_in_is_a_warning(tmp_path: Path, stand_in: str | None,
                                                                      severity: Severity) -> None:
     # the vendor build may extend the API its public base defines: a manifest captured on it decides
-    from metax_audit.checks.signatures import check_signatures
-    from metax_audit.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
+    from metax_audit.core.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
+    from metax_audit.stages.checks.signatures import check_signatures
 
     target = "kern.run"
     fact = CallableFact(target, "ok", "static", signature="(q)", params=(ParamFact("q", "POSITIONAL_OR_KEYWORD"),),
@@ -174,8 +182,8 @@ def test_one_keyword_missing_from_a_stand_in_at_several_calls_is_one_root_cause(
         tmp_path: Path, stand_in: str | None, expected: int) -> None:
     # against the real kernel each call that cannot bind is its own error; against the public base of a
     # vendor build the calls share one question (does the vendor build take the keyword?): one finding
-    from metax_audit.checks.signatures import check_signatures
-    from metax_audit.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
+    from metax_audit.core.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
+    from metax_audit.stages.checks.signatures import check_signatures
 
     target = "kern.run"
     fact = CallableFact(target, "ok", "static", signature="(q)", params=(ParamFact("q", "POSITIONAL_OR_KEYWORD"),),
@@ -196,8 +204,8 @@ def test_an_unbound_pin_warns_only_when_another_version_was_checked_instead(inst
                                                                            severity: Severity) -> None:
     # checked against another installed version, findings may not hold: warning; nothing installed,
     # nothing was checked: a coverage gap, info
-    from metax_audit.models import Location
-    from metax_audit.stack_pins import StackBinding, StackPin
+    from metax_audit.core.models import Location
+    from metax_audit.stages.introspect.stack_pins import StackBinding, StackPin
 
     pin = StackPin("kern", "1.0+vendor", "kern", Location("requirements/vendor.txt", 3))
     [finding] = binding_findings([StackBinding(pin, "unbound", installed=installed, note="no public base")])
@@ -218,7 +226,7 @@ def test_installed_versions_are_asked_once_per_stack_identity(monkeypatch: pytes
     the same answer; another identity (a distribution installed or upgraded) asks again."""
     import sys
 
-    from metax_audit import introspect
+    from metax_audit.stages import introspect
 
     asked: list[list[str]] = []
     real_ask = stack_pins._ask_versions

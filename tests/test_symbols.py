@@ -6,7 +6,7 @@ def test_the_names_a_text_binds_are_what_the_per_name_pattern_finds() -> None:
     import re
     import textwrap
 
-    from metax_audit.trace.symbols import text_bound_names
+    from metax_audit.stages.trace.symbols import text_bound_names
 
     text = textwrap.dedent("""\
         from m import (alpha,

@@ -9,9 +9,9 @@ from conftest import write_tree
 from rich.console import Console
 from test_trace_support import CONFIG, PORT, calls_to, discovery, one_call, port_files, unresolved_texts
 
-from metax_audit.models import TraceResult
-from metax_audit.render_trace import chain_to_dict, chain_tree
-from metax_audit.trace import kernel_entry_points, trace_backends, trace_findings
+from metax_audit.cli.render_trace import chain_to_dict, chain_tree
+from metax_audit.core.models import TraceResult
+from metax_audit.stages.trace import kernel_entry_points, trace_backends, trace_findings
 
 FI = f"{PORT}/v1/attention/backends/flashinfer.py"
 FI_MOD = f"{PORT}.v1.attention.backends.flashinfer"
@@ -464,8 +464,8 @@ def test_a_name_upstream_does_not_define_is_unresolved_and_a_defined_one_is_not(
 
 
 def test_decorator_only_backend_is_traced_and_duplicates_are_not() -> None:
-    from metax_audit.models import Location, Registration
-    from metax_audit.trace.chain import _backend_registrations
+    from metax_audit.core.models import Location, Registration
+    from metax_audit.stages.trace.chain import _backend_registrations
 
     call = Registration("attention-backend", "FLASHINFER", "p.fi.FiBackend", Location("p/platform.py", 3), True)
     dup = Registration("decorator", "FLASHINFER", "p.fi.FiBackend", Location("p/fi.py", 9), True)

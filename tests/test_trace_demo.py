@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from metax_audit import demo
-from metax_audit import discover as discover_mod
-from metax_audit.config import AuditConfig
-from metax_audit.trace import kernel_entry_points, trace_backends, trace_findings
+from metax_audit.core.config import AuditConfig
+from metax_audit.stages import discover as discover_mod
+from metax_audit.stages.trace import kernel_entry_points, trace_backends, trace_findings
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 from metax_audit import demo
-from metax_audit import discover as discover_mod
-from metax_audit.config import AuditConfig
-from metax_audit.trace import trace_backends
-from metax_audit.trace.memo import MemoCount, TraceMemo, UnitResult
-from metax_audit.trace.modules import ModuleIndex
+from metax_audit.core.config import AuditConfig
+from metax_audit.stages import discover as discover_mod
+from metax_audit.stages.trace import trace_backends
+from metax_audit.stages.trace.memo import MemoCount, TraceMemo, UnitResult
+from metax_audit.stages.trace.modules import ModuleIndex
 
 CONFIG = AuditConfig()
 FLASHINFER = "vllm_metax/v1/attention/backends/flashinfer.py"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from conftest import write_tree
 
-from metax_audit.config import AuditConfig
-from metax_audit.models import CallSite, Discovery, Location, PriorityList, Registration, SourceFile, TraceResult
-from metax_audit.trace import trace_backends
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.models import CallSite, Discovery, Location, PriorityList, Registration, SourceFile, TraceResult
+from metax_audit.stages.trace import trace_backends
 
 PORT = "mxport"
 CONFIG = AuditConfig(port_package=PORT)

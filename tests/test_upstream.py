@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from metax_audit import subproc, upstream
-from metax_audit.errors import UpstreamError
-from metax_audit.upstream import COMPLETE_MARKER, resolve_upstream
+from metax_audit.core import subproc
+from metax_audit.core.errors import UpstreamError
+from metax_audit.stages import upstream
+from metax_audit.stages.upstream import COMPLETE_MARKER, resolve_upstream
 
 
 def _make_pkg(root: Path, version: str = "9.8.7") -> Path:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import fingerprint, git, write_tree
 
-from metax_audit.checks.op_table import upstream_cpp_ops
-from metax_audit.errors import UpstreamError
-from metax_audit.upstream import resolve_upstream
+from metax_audit.core.errors import UpstreamError
+from metax_audit.stages.checks.op_table import upstream_cpp_ops
+from metax_audit.stages.upstream import resolve_upstream
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import metax_audit.compare  # noqa: F401 - declares the MXA2xx rules used below
-from metax_audit.errors import ConfigError
-from metax_audit.findings import make_finding
-from metax_audit.models import Location
-from metax_audit.waivers import apply_waivers, generate_waivers
+import metax_audit.stages.compare  # noqa: F401 - declares the MXA2xx rules used below
+from metax_audit.core.errors import ConfigError
+from metax_audit.core.findings import make_finding
+from metax_audit.core.models import Location
+from metax_audit.pipeline.waivers import apply_waivers, generate_waivers
 
 TODAY = date(2026, 11, 30)
 F_UNDECLARED = make_finding("MXA201", Location("vllm_metax/v1/a.py", 10, "Impl.forward"), "changed in Impl.forward: kernel(q)")
@@ -133,7 +133,7 @@ def test_changed_content_is_reported_again(tmp_path: Path) -> None:
 
 def _demo_review(repo: Path, waivers: Path | None = None, *, generate: bool = False):  # type: ignore[no-untyped-def]
     from metax_audit import demo as demo_mod
-    from metax_audit.pipeline import ReviewOptions, review
+    from metax_audit.pipeline.review import ReviewOptions, review
 
     options = ReviewOptions(mode="worktree", repo=repo, upstream=str(demo_mod.upstream_root()),
                             extra_path=(demo_mod.stack_root(),), waivers=waivers, today=TODAY)

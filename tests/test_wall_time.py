@@ -13,7 +13,8 @@ from pathlib import Path
 import report_factory as rf
 from test_reliability import PROJECT, review_args
 
-from metax_audit import clock, demo
+from metax_audit import demo
+from metax_audit.core import clock
 from metax_audit.report import json_report, sarif, write_reports_timed
 
 

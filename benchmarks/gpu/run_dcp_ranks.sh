@@ -20,7 +20,7 @@ nvidia-smi topo -m >>"$W/nvidia-smi.txt" 2>&1
 FI=flashinfer:BatchDecodeWithPagedKVCacheWrapper
 O="world_size=$N;backend=$B"
 s=$(date +%s%N)
-timeout "${DCP_S:-400}" python3 -m metax_audit.probing --device cuda --timeout 300 --out "$W/dcp-ranks" \
+timeout "${DCP_S:-400}" python3 -m metax_audit.stages.probing --device cuda --timeout 300 --out "$W/dcp-ranks" \
   --extra "torch-reference|paged-decode|dcp|$O;reduction=torch-reference:base-e" \
   --extra "$FI|paged-decode|dcp|$O;reduction=torch-reference:base-e" \
   --extra "$FI|paged-decode|dcp|$O;reduction=torch-reference:base-2" \

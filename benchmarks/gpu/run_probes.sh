@@ -8,7 +8,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --target "$SITE" .whl/f
 export PYTHONPATH="$PWD:$SITE:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 MAX_JOBS=16 FLASHINFER_CUDA_ARCH_LIST=9.0 \
   PYTORCH_NVCC="$PWD/benchmarks/gpu/nvcc_wrap.sh"
 start=$(date +%s)
-timeout "${PROBE_BUDGET_S:-520}" python3 -m metax_audit.probing --backend flashinfer --device cuda --timeout 240 --out "$OUT" \
+timeout "${PROBE_BUDGET_S:-520}" python3 -m metax_audit.stages.probing --backend flashinfer --device cuda --timeout 240 --out "$OUT" \
   --extra "flashinfer:BatchDecodeWithPagedKVCacheWrapper|paged-decode|dcp|merge=flashinfer:merge_state" \
   --extra "flashinfer:merge_state|merge-states|dcp|producer=flashinfer:BatchDecodeWithPagedKVCacheWrapper" \
   "$@" 2>&1 | tee "$OUT/run.log"

@@ -10,7 +10,7 @@ export PYTHONPATH="$PWD:$SITE:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 MAX_JOBS=16 FL
   METAX_AUDIT_VLLM_SOURCE="${METAX_AUDIT_VLLM_SOURCE:-$PWD/.srcs/vllm-0.26.0}" METAX_AUDIT_PORT_SOURCE="${METAX_AUDIT_PORT_SOURCE:-$PWD/.srcs/port}"
 FI=flashinfer:BatchDecodeWithPagedKVCacheWrapper
 start=$(date +%s)
-timeout "${PROBE_BUDGET_S:-500}" python3 -m metax_audit.probing --device cuda --timeout 240 --out "$OUT" \
+timeout "${PROBE_BUDGET_S:-500}" python3 -m metax_audit.stages.probing --device cuda --timeout 240 --out "$OUT" \
   --target vllm-triton:decode_attention_fwd@paged-decode --target port-triton:decode_attention_fwd@paged-decode \
   --extra "vllm-triton:merge_attn_states|merge-states|lse" \
   --extra "vllm-triton:merge_attn_states|merge-states|dcp|producer=vllm-triton:decode_attention_fwd" \

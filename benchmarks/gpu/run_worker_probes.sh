@@ -26,7 +26,7 @@ done
 FI=flashinfer:BatchDecodeWithPagedKVCacheWrapper
 WV=probes.wrong_variants
 s=$(date +%s%N)
-timeout "${TRITON_S:-200}" python3 -m metax_audit.probing --device cuda --timeout 150 --out "$W/triton" \
+timeout "${TRITON_S:-200}" python3 -m metax_audit.stages.probing --device cuda --timeout 150 --out "$W/triton" \
   --target port-triton:decode_attention_fwd@paged-decode --target vllm-triton:decode_attention_fwd@paged-decode \
   --extra "port-triton:merge_attn_states|merge-states|lse" \
   --extra "port-triton:merge_attn_states|merge-states|dcp|producer=port-triton:decode_attention_fwd" \

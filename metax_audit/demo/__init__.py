@@ -6,8 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
-from metax_audit.errors import AuditError
-from metax_audit.subproc import run
+from metax_audit.core.errors import AuditError
+from metax_audit.core.subproc import run
 
 PORT_PACKAGE = "vllm_metax"
 

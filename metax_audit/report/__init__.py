@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
-from metax_audit.errors import ReportError
-from metax_audit.models import AuditReport
+from metax_audit.core.errors import ReportError
+from metax_audit.core.models import AuditReport
 
 FORMATS = ("md", "json", "sarif", "junit")
 
@@ -42,7 +42,7 @@ def write_reports_timed(report: AuditReport, output_dir: Path, formats: Sequence
     state the real wall time, from `started` to the last report rendered: everything is rendered
     first, report.json up to its wall time, then the time is taken and summary.md rendered last.
     Returns the report as stated (its wall time) and the files written."""
-    from metax_audit import tempdirs
+    from metax_audit.core import tempdirs
     from metax_audit.report import json_report, junit, markdown, sarif
 
     chosen = parse_formats(formats)

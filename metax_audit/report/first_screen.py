@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from metax_audit.findings import RULES
-from metax_audit.models import AuditReport, Category, Finding, Severity
+from metax_audit.core.findings import RULES
+from metax_audit.core.models import AuditReport, Category, Finding, Severity
 
 # Most consequential first: a proven break of a kernel's semantics, then a call that does not bind,
 # then what upstream changed and the port did not follow, then capability questions, then differences.

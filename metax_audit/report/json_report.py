@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from metax_audit.models import (
+from metax_audit.core.models import (
     AuditReport,
     BackendChain,
     Difference,

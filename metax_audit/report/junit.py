@@ -6,9 +6,9 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from metax_audit.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id
-from metax_audit.models import AuditReport, FileRecord, Finding, ProbeResult
+from metax_audit.core.models import AuditReport, FileRecord, Finding, ProbeResult
 from metax_audit.report.text import visible
+from metax_audit.stages.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id
 
 MAX_TEXT_CHARS = 20000
 # XML 1.0 cannot hold most control characters; tracebacks and kernel logs sometimes carry them.

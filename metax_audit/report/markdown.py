@@ -7,10 +7,10 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from metax_audit.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
-from metax_audit.models import AuditReport, CallSite, Category, Difference, FileRecord, Finding, Severity
+from metax_audit.core.models import AuditReport, CallSite, Category, Difference, FileRecord, Finding, Severity
 from metax_audit.report.first_screen import first_screen, one_line, untouched_line
 from metax_audit.report.text import uri, visible
+from metax_audit.stages.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
 
 FILES_DIR = "files"
 _STATUS_MARK = {"ok": "ok", NEEDS_ACTION: "**needs action**", NOT_ANALYSED: "_not analysed_"}

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from metax_audit.findings import RULES, Rule
-from metax_audit.models import AuditReport, Finding
+from metax_audit.core.findings import RULES, Rule
+from metax_audit.core.models import AuditReport, Finding
 from metax_audit.report.text import uri
 
 SARIF_VERSION = "2.1.0"

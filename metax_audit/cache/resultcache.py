@@ -1,0 +1,437 @@
+# Review results kept on disk and served again when nothing they depend on changed: the whole
+# review of a snapshot, and per file the compare stage's result; under <cache>/results.
+"""Keys are sha256 over everything the result depends on:
+
+- the tool: metax-audit's own source files and contracts (size and mtime of each; a changed
+  checkout is a different tool even under one version string) and `__version__`;
+- the upstream and base releases (their source; a directory by the stat of its .py files);
+- the kernel stack (introspect.stack_identity: the interpreter and its distributions, or the
+  manifest's bytes, or the stat of every --extra-path file);
+- the options that change findings (scope PATHS, config file, static roots);
+- the content: for a whole review every exported file's bytes, for a file its bytes and those of
+  the upstream/base counterparts it is compared with (the compare package decides which).
+
+The baseline review of `review --staged` (HEAD) is normally served whole: the staged snapshot that
+became HEAD was reviewed by the last pre-commit run. A one-file change recomputes the compare
+stage for that file only. Waivers, baselines and probes are applied after the cache (their inputs
+are not in the key); a review with `--test` or `--probe` is never cached. A cache that cannot be
+read or written is skipped silently: it only ever costs time."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from metax_audit.core.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
+
+if TYPE_CHECKING:
+    from metax_audit.core.config import AuditConfig
+
+CACHE_SCHEMA = "metax-audit/result-cache/v1"
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def results_dir() -> Path:
+    from metax_audit.cache.cachedir import cache_root
+
+    return cache_root() / "results"
+
+
+@functools.cache
+def tool_identity() -> str:
+    """metax-audit as it runs now: version plus the stat of each of its source files."""
+    from metax_audit import __version__
+
+    h = hashlib.sha256(f"{CACHE_SCHEMA}|{__version__}".encode())
+    for dirpath, dirnames, filenames in os.walk(_PACKAGE):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith((".py", ".md", ".json")):
+                path = os.path.join(dirpath, name)
+                with contextlib.suppress(OSError):
+                    st = os.stat(path)  # follows the contracts link to the top-level file
+                    h.update(f"{os.path.relpath(path, _PACKAGE)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def upstream_identity(info: UpstreamInfo | None) -> str:
+    if info is None:
+        return "none"
+    if info.source.startswith("pip:"):  # an extracted release in the cache never changes
+        return f"{info.source}|{info.version}"
+    return f"{info.source}|{info.version}|{_stat_digest(info.root) if info.root else ''}"
+
+
+@functools.cache
+def _stat_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(dirpath, name))
+                    h.update(f"{dirpath}/{name}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file's repo-relative path and bytes (the snapshot export is small)."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                h.update(f"{os.path.relpath(path, root)}|->{os.readlink(path)}\n".encode())
+                continue
+            with contextlib.suppress(OSError), open(path, "rb") as fh:
+                h.update(f"{os.path.relpath(path, root)}|".encode())
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()
+
+
+def file_digest(path: Path | None) -> str:
+    if path is None:
+        return "none"
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps([CACHE_SCHEMA, tool_identity(), *parts], sort_keys=True, default=str).encode()).hexdigest()[:40]
+
+
+def load(kind: str, entry: str) -> Any | None:
+    path = results_dir() / kind / f"{entry}.pickle"
+    try:
+        with open(path, "rb") as fh:
+            value = pickle.load(fh)  # our own cache under the user's cache dir, written by store() below
+            with contextlib.suppress(OSError):
+                os.utime(fh.fileno())  # used now: trim() removes the least recently used entries first
+            return value
+    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------- units kept with what they read
+
+UNIT_KEEP = 4  # entries per unit key: HEAD and the staged state alternate in a pre-commit loop
+
+
+def find_unit(kind: str, entry: str, root: str, state: Callable[[str, str], Any]) -> tuple[list[Any], tuple[Any] | None]:
+    """The entries stored under `entry` (each: the snapshot root it names or None, its reads as
+    (kind, name) -> state, its value) and, as a 1-tuple, the value of the first whose every read has
+    the same state now (`state(kind, name)`), rebased to this snapshot's `root`; None when none holds."""
+    stored = load(kind, entry)
+    entries = [e for e in stored if isinstance(e, tuple) and len(e) == 3] if isinstance(stored, list) else []
+    for old_root, reads, value in entries:
+        if all(state(k, name) == then for (k, name), then in reads.items()):
+            return entries, (rebase(value, old_root, root) if old_root not in (None, root) else value,)
+    return entries, None
+
+
+def keep_unit(kind: str, entry: str, root: str, reads: dict[tuple[str, str], Any], value: Any, entries: list[Any]) -> None:
+    """Store `value` with the state of what it read, ahead of up to UNIT_KEEP - 1 entries of other states;
+    the snapshot root is kept only when the value names it (then it is rebased when served)."""
+    kept = [e for e in entries if e[1] != reads][: UNIT_KEEP - 1]
+    names_root = root.encode() in pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    store(kind, entry, [(root if names_root else None, reads, value), *kept])
+
+
+def content_state(path: Path) -> str | None:
+    """A file's bytes as a digest, None when there is no such file (a state a stored unit compares)."""
+    try:
+        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError as exc:
+        return f"unreadable: {exc.errno}"
+
+
+class FileProducts:
+    """Products of one kind computed from single files (a file's imports, its parse status), each kept
+    under the file's path and text plus `common` (what else they read: tool, settings), all in one
+    entry: one load per review instead of one per file. Disabled (--no-cache), get() always computes."""
+
+    def __init__(self, kind: str, *common: Any, enabled: bool = True) -> None:
+        self.kind = kind
+        self.entry = key(kind, *common) if enabled else None
+        self._stored: dict[tuple[str, str], Any] | None = None
+        self._used: dict[tuple[str, str], Any] = {}
+        self._fresh = 0
+
+    def get(self, path: str, content: str | bytes, compute: Callable[[], Any]) -> Any:
+        """compute(), a product of the file `path` whose text or bytes are `content`."""
+        if self.entry is None:
+            return compute()
+        data = content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass")
+        name = (path, hashlib.blake2b(data, digest_size=16).hexdigest())
+        if name in self._used:
+            return self._used[name]
+        if self._stored is None:
+            stored = load(self.kind, self.entry)
+            self._stored = stored if isinstance(stored, dict) else {}
+        if name in self._stored:
+            value = self._stored[name]
+        else:
+            value = compute()
+            self._fresh += 1
+        self._used[name] = value
+        return value
+
+    def save(self) -> None:
+        """Store what this review used, then up to as many entries of earlier states (HEAD and the
+        staged state alternate); nothing is written when everything was found."""
+        if self.entry is None or not self._fresh:
+            return
+        older = [(k, v) for k, v in (self._stored or {}).items() if k not in self._used][: max(len(self._used), 64)]
+        store(self.kind, self.entry, {**self._used, **dict(older)})
+        self._stored, self._fresh = {**(self._stored or {}), **self._used}, 0
+
+
+DEFAULT_LIMIT_MB = 1024
+TRIM_EVERY_S = 600.0
+
+
+def trim(limit_bytes: int | None = None, every_s: float = TRIM_EVERY_S) -> int:
+    """Keep the result cache under its limit ($METAX_AUDIT_CACHE_MAX_MB, default 1 GiB): when it is
+    over, delete the least recently used entries (written or read last longest ago) down to 80% of
+    it. Runs at most once per `every_s` seconds (a stamp file), since every review stores entries and
+    a daily pre-commit loop would otherwise fill the disk. Returns the bytes freed."""
+    root = results_dir()
+    stamp = root / ".trimmed"
+    now = time.time()
+    try:
+        if now - stamp.stat().st_mtime < every_s:
+            return 0
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return 0
+    if limit_bytes is None:
+        try:
+            limit_bytes = int(float(os.environ.get("METAX_AUDIT_CACHE_MAX_MB", DEFAULT_LIMIT_MB)) * 1024 * 1024)
+        except ValueError:
+            limit_bytes = DEFAULT_LIMIT_MB * 1024 * 1024
+    entries: list[tuple[float, int, str]] = []
+    with contextlib.suppress(OSError):
+        for kind in os.scandir(root):
+            if not kind.is_dir(follow_symlinks=False):
+                continue
+            for e in os.scandir(kind.path):
+                if e.name.endswith(".pickle") and e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    entries.append((st.st_mtime, st.st_size, e.path))
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    total = sum(size for _, size, _ in entries)
+    if total <= limit_bytes:
+        return 0
+    freed = 0
+    for _, size, path in sorted(entries):
+        if total - freed <= limit_bytes * 0.8:
+            break
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            freed += size
+    return freed
+
+
+def store(kind: str, entry: str, value: Any) -> None:
+    """Write atomically (a temp file renamed into place); failure to write is not an error."""
+    folder = results_dir() / kind
+    with contextlib.suppress(OSError, pickle.PickleError, TypeError, AttributeError):
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, folder / f"{entry}.pickle")
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def options_identity(paths: Sequence[str], config_file: Path | None, static_roots: Sequence[Path],
+                     stack: str) -> list[Any]:
+    return [sorted(paths), file_digest(config_file) if config_file else None, [str(r) for r in static_roots], stack]
+
+
+def rebase(value: Any, old: str, new: str) -> Any:
+    """`value` with the temp path of the snapshot it was computed on replaced by this one's
+    (reports scrub the current snapshot path; a cached one must not leak). Frozen dataclasses are
+    rebuilt only where a string changed."""
+    import dataclasses
+
+    if isinstance(value, str):
+        return value.replace(old, new) if old in value else value
+    if isinstance(value, Path):
+        text = str(value)
+        return Path(text.replace(old, new)) if old in text else value
+    if isinstance(value, tuple | list):
+        items = [rebase(v, old, new) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items) if isinstance(value, list) or type(value) is tuple else type(value)(*items)
+    if isinstance(value, dict):
+        out = {rebase(k, old, new): rebase(v, old, new) for k, v in value.items()}
+        return value if all(a is b for a, b in zip(out.values(), value.values(), strict=True)) and list(out) == list(value) else out
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            cur = getattr(value, f.name)
+            nxt = rebase(cur, old, new)
+            if nxt is not cur:
+                changes[f.name] = nxt
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
+
+
+# ---------------------------------------------------------------- per-file compare results
+
+
+def _port_imports(root: Path, rel: str, candidates: list[str], digests: dict[str, str]) -> list[list[str]]:
+    """Digests of the port modules a file imports: a class that takes an upstream class's role through
+    the port's own base class elsewhere is compared with what that base defines (compare by role).
+    `candidates`: _import_candidates of the file's text."""
+    from metax_audit.core.pysource import find_module
+
+    out = {found for mod in candidates if (found := find_module(root, mod)) and found != rel}
+    for p in out:
+        digests[p] = digests.get(p) or file_digest(root / p)
+    return [[p, digests[p]] for p in sorted(out)]
+
+
+def _import_candidates(rel: str, text: str, package: str) -> list[str]:
+    """The dotted names a file's imports could bind from the port package (a module, or a name in one)."""
+    from metax_audit.core.pysource import module_name, resolve_relative, scan_imports
+
+    out: set[str] = set()
+    for stmt in scan_imports(text):
+        base = resolve_relative(module_name(rel), rel.endswith("__init__.py"), stmt.level, stmt.module)
+        for mod in (base, *(f"{base}.{n}" for n in stmt.names)) if stmt.module or stmt.level else stmt.names:
+            if mod == package or mod.startswith(package + "."):
+                out.add(mod)
+    return sorted(out)
+
+
+def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: str) -> tuple[list[str], list[str], list[str]]:
+    """What the per-file compare keys read of a port file, kept under its bytes (parsing and scanning every
+    port file was most of their cost, in the compare child on a staged review's critical path):
+    compare.file_facts (the functions it defines, the port modules it imports names from) and the
+    _import_candidates of its text. `digests` keeps each file's digest for the review's other keys."""
+    import sys
+
+    from metax_audit.core.pysource import read_source_cached
+    from metax_audit.stages.compare import file_facts
+
+    digest = digests[path] = digests.get(path) or file_digest(root / path)
+    entry = key("compare-facts", path, digest, config.max_file_bytes, config.port_package, sys.version_info[:2])
+    kept = load("compare-facts", entry)
+    if isinstance(kept, tuple) and len(kept) == 3:
+        return kept
+    src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
+    try:
+        text = (root / path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        candidates = []
+    else:
+        candidates = _import_candidates(path, text, config.port_package)
+    facts = (*file_facts(src.tree, config.port_package), candidates)
+    store("compare-facts", entry, facts)
+    return facts
+
+
+class CompareWork(NamedTuple):
+    """What cached_compare computed now: files compared, and their functions served from the kept
+    member units or compared (compare/memo.py)."""
+
+    files: int
+    functions_reused: int = 0
+    functions_compared: int = 0
+
+
+def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
+                   use_cache: bool = True) -> tuple[Comparison, list[Finding], CompareWork]:
+    """compare.compare, with each file's result kept under a key of its bytes, its registrations,
+    the scope, the config, the upstream and base releases and the tool: a one-file change compares
+    one file, and of it the functions whose text or reads changed. Returns the comparison, its findings
+    and what was compared now."""
+    from metax_audit.stages.compare import compare, compare_dependencies, module_of
+    from metax_audit.stages.compare.side import _PortRefs
+    from metax_audit.stages.compare.stage import KeptStore
+
+    scope = frozenset(module_of(f.path) for f in discovery.files)
+    # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
+    common = key("compare-common", sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base))
+    regs: dict[str, list[str]] = {}
+    for r in discovery.registrations:
+        for path in {r.location.path, r.resolved_path or ""}:
+            regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
+    # A file's comparison also reads the platform file and where other port files name its functions.
+    refs = _PortRefs(discovery.root, config.port_package)
+    digests: dict[str, str] = {}
+    facts = {f.path: _file_facts(discovery.root, config, digests, f.path) for f in discovery.files} if use_cache else {}
+    deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if use_cache else {}
+    keys = {f.path: key("compare-file", f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
+                        deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
+            for f in discovery.files} if use_cache else {}
+    hits: dict[str, Any] = {}
+    for path, entry in keys.items():
+        value = load("compare", entry)
+        if isinstance(value, tuple) and len(value) == 3:
+            hits[path] = value
+    missing = tuple(f for f in discovery.files if f.path not in hits)
+    fresh: dict[str, tuple[list[FileComparison], list[Difference], list[Finding]]] = {}
+    comparison = None
+    kept: KeptStore | None = None
+    if missing or not discovery.files:
+        from dataclasses import replace
+
+        kept = KeptStore(lambda parts: load("compare-parts", key("compare-parts", common, parts)),
+                         lambda parts, value: store("compare-parts", key("compare-parts", common, parts), value)) if use_cache else None
+        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
+        paths = {f.path for f in missing}
+        if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
+                or any(x.location.path not in paths for x in found):
+            # a result not tied to one file cannot be kept per file: compare everything, keep nothing
+            comparison, found = compare(discovery, config, upstream, base)
+            return comparison, found, CompareWork(len(discovery.files))
+        # grouped in one pass (every path is one of `missing`, checked above): a scan of all results
+        # per file was quadratic, 5 s of a 2,000-file review
+        fresh = {f.path: ([], [], []) for f in missing}
+        for c in comparison.files:
+            fresh[c.path][0].append(c)
+        for d in comparison.drift:
+            fresh[d.path][1].append(d)
+        for x in found:
+            fresh[x.location.path][2].append(x)
+        if use_cache:
+            for path, value in fresh.items():
+                store("compare", keys[path], value)
+    files: list[FileComparison] = []
+    drift: list[Difference] = []
+    findings: list[Finding] = []
+    for f in discovery.files:
+        part = hits.get(f.path) or fresh[f.path]
+        files += part[0]
+        drift += part[1]
+        findings += part[2]
+    unique = list({x.site: x for x in findings}.values())
+    work = CompareWork(len(missing), kept.functions_reused, kept.functions_compared) if kept is not None else CompareWork(len(missing))
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, work

@@ -1,0 +1,153 @@
+# Terminal rendering of results for the CLI (rich tables); the files in reports/ are written by
+# metax_audit.report, this only shows a short summary.
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from metax_audit.core.models import AuditReport, Finding, ProbeResult, Severity
+from metax_audit.report.text import visible
+
+_console = Console()
+
+
+def _safe(text: str) -> str:
+    """A string from the audited repo for a rich line: control characters (an ESC from a file name
+    would reach the terminal) as visible escapes, and no rich markup of its own."""
+    return escape(visible(text))
+
+
+def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
+    """The first screen: verdict, errors (one line each), what is new, the warnings by consequence, the
+    files the last sync left behind, then where to read the rest."""
+    from metax_audit.report.first_screen import first_screen, untouched_line, what_why, where
+
+    snap = report.snapshot
+    _console.print(f"[bold]metax-audit review[/bold] {snap.mode} {_safe(snap.label)} "
+                   f"commit {(snap.commit or 'none')[:12]}{' (dirty)' if snap.dirty else ''}")
+    for note in snap.notes:
+        _console.print(f"  note: {_safe(note)}")
+    skipped = [s for s in report.stages if not s.ran]
+    for s in skipped:
+        _plain(f"  stage {s.name} did not run: {s.note}")
+    screen = first_screen(report)
+    _console.print(f"[bold]{screen.verdict}[/bold]")
+    if report.baseline_info:
+        b = report.baseline_info
+        _plain(f"against {b['rev']} {(b['commit'] or '')[:12]}: {b['new']} new, {b['changed']} changed, "
+               f"{b['unchanged']} unchanged, {b['fixed']} fixed")
+    def line(f: Finding, limit: int = 200) -> str:
+        text = what_why(f, limit) if f.severity is Severity.ERROR else " ".join(f.message.split())[:limit]
+        return f"  {_mark(f)}{f.severity.value:7} {f.rule} {where(f)} {text}"
+
+    _plain(f"errors ({len(screen.errors)}):" if screen.errors else "errors: none")
+    for f in screen.errors:
+        _plain(line(f))
+    if screen.new is not None:
+        news = [f for f in screen.new if f.severity is not Severity.ERROR]  # new errors are marked above
+        _plain(f"new in this change ({len(screen.new)}{', errors above' if len(news) < len(screen.new) else ''}):")
+        for f in news[:TERMINAL_WARNINGS]:
+            _plain(line(f))
+    shown = screen.warnings[:TERMINAL_WARNINGS]
+    if shown:
+        _plain(f"warnings ({len(screen.warnings)}), most consequential first:")
+        for f in shown:
+            _plain(line(f, 160))
+    for u in screen.untouched:
+        _plain(f"  untouched by the last sync: {untouched_line(u)}")
+    summary = next((p for p in written if p.name == "summary.md"), written[0] if written else None)
+    more = len(screen.warnings) - len(shown)
+    read = f"read {summary}" if summary else "write reports with --format md to read them"
+    _plain(f"{more} more warning{'s' * (more != 1)} and {screen.infos} info: {read}" if more else f"{screen.infos} info: {read}")
+
+
+TERMINAL_WARNINGS = 10
+
+
+def _mark(f: Finding) -> str:
+    """NEW / CHANGED against the baseline, or nothing."""
+    return f"{f.baseline.value.upper():9} " if f.baseline is not None and f.baseline.is_new else ""
+
+
+def _plain(text: str) -> None:
+    """A line with text from the audited repo: control characters made visible, no markup."""
+    _console.print(visible(text), markup=False, highlight=False)
+
+
+def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]) -> None:
+    """A table in a terminal; elsewhere one whole line per probe (probing.probe_line: probe, family,
+    target, verdict, matched hypothesis and worst error never cut). Probes skipped because this
+    machine has no CUDA device are one line together, not one each."""
+    from metax_audit.stages.probing import NO_DEVICE, probe_line
+
+    no_dev = [r for r in results if r.details.get("no_device")]
+    shown = [r for r in results if not r.details.get("no_device")]
+    if not _console.is_terminal:
+        for r in shown:
+            print(probe_line(r))
+    elif shown:
+        t = Table(title="probes", show_edge=False)
+        for col in ("probe", "family", "target", "verdict", "matched", "expected", "worst error", "note"):
+            t.add_column(col)
+        for r in shown:
+            err = "" if r.worst_error is None else f"{r.worst_error:.2e}"
+            t.add_row(r.probe, r.family, r.target, r.verdict, r.matched or "", r.expected or "", err, r.skipped_reason or "")
+        _console.print(t)
+    if no_dev:
+        targets = sorted({r.target for r in no_dev})
+        ran = sorted({r.target for r in shown if r.verdict != "skipped"})
+        print(f"{NO_DEVICE}: skipped {len(no_dev)} probe(s) of {', '.join(targets)} without starting them"
+              + (f"; ran on CPU: {', '.join(ran)}" if ran else "; on CPU run --backend torch-reference (graph-capture of a plan/run target: python -m probes run ... --option simulate=1)"))
+    if written:
+        print(f"reports: {', '.join(str(p) for p in written)}")
+
+
+def render_evidence(env: dict[str, Any], changes: Sequence[str], manifest: Path | None, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(env, indent=2, sort_keys=True, default=str))
+    else:
+        t = Table(title="environment", show_edge=False)
+        t.add_column("fact")
+        t.add_column("value")
+        for key, value in sorted(_flatten(env).items()):
+            t.add_row(key, str(value))
+        _console.print(t)
+    for c in changes:
+        _console.print(f"[yellow]changed since the saved record:[/yellow] {c}")
+    if manifest is not None:
+        _console.print(f"stack manifest written: {manifest}")
+
+
+def render_contracts(contracts: Any, checks: Sequence[Any], as_json: bool) -> None:
+    from metax_audit.core.contracts import contracts_to_dict
+
+    data = contracts_to_dict(contracts, checks)
+    if as_json:
+        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        return
+    for obs in data.get("observations", []):
+        status = obs.get("status", "")
+        _console.print(f"[bold]{obs.get('id', '')}[/bold] {status} {obs.get('component', '')} "
+                       f"{obs.get('version', '')} on {obs.get('device', '')}", highlight=False)
+        _console.print(f"    claim: {obs.get('claim', '')}", markup=False, highlight=False)
+        _console.print(f"    probe: {obs.get('probe', '')}", markup=False, highlight=False)
+        for key in ("reason", "result"):
+            if obs.get(key):
+                _console.print(f"    {key}: {obs[key]}", markup=False, highlight=False)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

@@ -1,0 +1,704 @@
+# The only module that knows the stage order: snapshot -> discover -> trace -> introspect ->
+# compare -> checks -> (probe) -> inventory -> report. Each stage is timed and recorded.
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from metax_audit import __version__
+from metax_audit.core.config import AuditConfig, departures, load_config
+from metax_audit.core.errors import AuditError
+from metax_audit.core.forked import Forked
+from metax_audit.core.models import (
+    AuditReport,
+    Comparison,
+    Discovery,
+    Finding,
+    ProbeResult,
+    SnapshotInfo,
+    SnapshotMode,
+    StackFacts,
+    StageRecord,
+    TestRun,
+    TraceResult,
+    Unresolved,
+    UpstreamInfo,
+)
+from metax_audit.core.progress import Progress, QuietProgress
+
+if TYPE_CHECKING:
+    from metax_audit.core.contracts import Contracts
+    from metax_audit.pipeline.incremental import CompareAhead
+    from metax_audit.stages import introspect as introspect_mod
+    from metax_audit.stages.checks.memo import FileMemo
+    from metax_audit.stages.dataflow import LseFlow
+    from metax_audit.stages.introspect.stack_pins import StackBinding
+    from metax_audit.stages.trace.symbols import SymbolTable
+
+T = TypeVar("T")
+# The dataflow stage as the forked child returns it: flows, findings, values not followed.
+_FlowResult = tuple[list["LseFlow"], list[Finding], list[Unresolved]]
+
+
+@dataclass(frozen=True)
+class ReviewOptions:
+    mode: SnapshotMode | None = None  # None: staged when something is staged, else HEAD
+    repo: Path | None = None
+    rev: str | None = None
+    paths: tuple[str, ...] = ()
+    upstream: str | None = None
+    base: str | None = None
+    stack: Path | None = None  # a captured stack manifest instead of importing kernels
+    python: str | None = None  # target interpreter for introspection and probes
+    extra_path: tuple[Path, ...] = ()  # prepended to the target's sys.path (e.g. the demo's stub stack)
+    static_roots: tuple[Path, ...] = ()  # source trees to read signatures from when import fails
+    config_file: Path | None = None
+    waivers: Path | None = None
+    test_command: str | None = None
+    run_probes: bool = False
+    introspect_timeout: float = 120.0
+    cache_dir: Path | None = None
+    today: _dt.date = field(default_factory=_dt.date.today)
+    baseline: str | None = None  # compare with this revision (staged/worktree default: HEAD)
+    merge_base: str | None = None  # compare with the merge base of the reviewed commit and this branch
+    no_baseline: bool = False
+    no_cache: bool = False  # recompute everything (the result cache is neither read nor written)
+
+
+@dataclass
+class _Run:
+    """Mutable bookkeeping of one review; only pipeline.py sees it."""
+
+    stages: list[StageRecord] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)  # run when the review ends, however
+    export: tuple[str, ...] = ()  # what the snapshot exported (the revision memo's key, incremental.py)
+    during_trace: bool = False  # the imports/attributes checks and the dataflow ran during the trace (_after_trace)
+
+    @contextmanager
+    def stage(self, name: str, progress: Progress, detail: str = "") -> Iterator[list[str]]:
+        progress.stage(name, detail)
+        notes: list[str] = []
+        start = time.perf_counter()
+        yield notes
+        self.stages.append(StageRecord(name, True, round(time.perf_counter() - start, 3), "; ".join(notes)))
+
+    def skipped(self, name: str, why: str) -> None:
+        self.stages.append(StageRecord(name, False, 0.0, why))
+
+
+@dataclass(frozen=True)
+class ReviewResult:
+    report: AuditReport
+    generated_waivers: str | None = None
+
+
+def review(options: ReviewOptions, progress: Progress | None = None, *, generate_waivers: bool = False) -> ReviewResult:
+    """Review the snapshot; then, when it has a baseline (baseline.py), review that revision the
+    same way and mark each finding new, changed or unchanged (and list the fixed ones)."""
+    from metax_audit.stages.snapshot import remembered_git
+
+    with remembered_git():  # the repository's top and HEAD asked of git once for the whole review
+        return _review(options, progress, generate_waivers)
+
+
+def _review(options: ReviewOptions, progress: Progress | None, generate_waivers: bool) -> ReviewResult:
+    from metax_audit.core.pysource import frozen_heap, relaxed_gc
+    from metax_audit.pipeline import baseline as baseline_mod
+    from metax_audit.pipeline import review_cache
+
+    progress = progress or QuietProgress()
+    started = time.perf_counter()
+    try:
+        result = _review_one(options, progress, generate_waivers)
+        rev = baseline_mod.baseline_rev(options, result.report.snapshot)
+        if rev is not None:
+            progress.stage("baseline", rev)
+            begun = time.perf_counter()
+            base_options = baseline_mod.baseline_options(options, rev)
+            with frozen_heap():  # the review's parses are still alive: no collection needs to rescan them
+                with relaxed_gc():
+                    served = review_cache.served_revision(base_options, progress)
+                base = served or _review_one(base_options, progress, False).report
+                report = baseline_mod.compare_with(result.report, base, rev)
+            info = report.baseline_info
+            note = (f"{rev} {(base.snapshot.commit or '')[:12]}: {info['new']} new, {info['changed']} changed, "
+                    f"{info['unchanged']} unchanged, {info['fixed']} fixed"
+                    + ("; its review served from the result cache without a snapshot" if served else ""))
+            report = replace(report, stages=(*report.stages, StageRecord("baseline", True,
+                                                                           round(time.perf_counter() - begun, 3), note)),
+                             wall_seconds=round(time.perf_counter() - started, 2))
+            result = replace(result, report=report)
+    finally:
+        progress.done()
+    if not options.no_cache:
+        from metax_audit.cache.resultcache import trim
+
+        trim()  # the least recently used results go once the cache is over its limit
+    return result
+
+
+def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bool) -> ReviewResult:
+    from metax_audit.core.pysource import relaxed_gc
+    from metax_audit.stages import snapshot as snapshot_mod
+
+    started = time.perf_counter()
+    if options.stack is None:  # the kernel stack's identity keys the caches: asked while the snapshot is exported
+        from metax_audit.stages.introspect import prefetch_sys_path
+
+        prefetch_sys_path(options.python)
+    mode, rev, mode_note = options.mode, options.rev, ""
+    if mode is None:
+        mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
+    hint = snapshot_mod.export_config(options.repo, mode, options.config_file)
+    package = hint.port_package
+    # The static stages read only the port package, its config, C++ sources and stack pins; --test needs all.
+    only = () if options.test_command else snapshot_mod.static_export(package, hint)
+    run = _Run(export=only)
+    from metax_audit.pipeline.review_cache import cacheable
+
+    with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only,
+                               keep=cacheable(options)) as snap:
+        if mode_note:
+            snap = replace(snap, notes=(*snap.notes, mode_note))
+        run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
+                                      f"{snap.mode} {snap.label}, {snap.files} files"))
+        with relaxed_gc():  # hundreds of live syntax trees: see pysource.relaxed_gc
+            report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
+    return ReviewResult(report, waivers_text)
+
+
+def _audit_snapshot(
+    snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
+) -> tuple[AuditReport, str | None]:
+    config = load_config(snap.root, options.config_file)
+    changed = departures(config, snap.root)
+    if changed:  # a config that narrows scope or raises limits is itself part of the record
+        run.stages.append(StageRecord("config", True, 0.0, "the config narrows the review: " + "; ".join(changed)))
+    from metax_audit.pipeline import review_cache
+
+    entry = review_cache.entry_for(snap, config, options, progress, run.export)
+    cached = review_cache.served_from_cache(entry, snap, run.stages, started)
+    if cached is not None:
+        from metax_audit.pipeline.incremental import served_discovery
+
+        assert entry is not None
+        served_discovery(entry, snap.repo, config.port_package, options.paths)
+        return _waived(cached, snap, config, options, generate_waivers)
+    background = _Background(run, _prestart_introspection(config, options))
+    try:
+        report = _audit_stages(_Stages(snap, config, options, run, progress), background, started)
+    finally:
+        background.close()
+    if entry is not None:
+        review_cache.store(entry, snap, report)
+        from metax_audit.pipeline.incremental import keep_discovery_of_review
+
+        keep_discovery_of_review(entry, snap.repo, config.port_package, options.paths)
+    return _waived(report, snap, config, options, generate_waivers)
+
+
+def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:
+    """Start the introspection worker now, importing the kernel packages while discover and trace
+    run (seconds of import on the other core), unless its facts will likely come from the stack
+    cache; the targets follow once the trace has found them (see _introspect)."""
+    from metax_audit.stages import introspect as introspect_mod
+
+    if options.stack is not None or options.extra_path or not config.kernel_modules:
+        return None  # a manifest or a stub stack (tests, demo): nothing to gain
+    if introspect_mod.stack_seen(python=options.python):
+        return None
+    return introspect_mod.prestart(config.kernel_modules, python=options.python, never_import=(config.port_package,))
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """What every stage function of one review reads: the snapshot, its config, the options, the
+    run's bookkeeping and the progress display."""
+
+    snap: SnapshotInfo
+    config: AuditConfig
+    options: ReviewOptions
+    run: _Run
+    progress: Progress
+
+
+class _Background:
+    """The one owner of the review's concurrency: the introspection worker prestarted before the
+    snapshot's stages, a forked child on the other core for a pure stage, and a thread that waits
+    on a subprocess. Stage functions ask it for work in the background and get back a function that
+    waits; close() ends whatever is still running, however the review ends."""
+
+    def __init__(self, run: _Run, prestarted: introspect_mod.Prestarted | None) -> None:
+        self._run = run
+        self.prestarted = prestarted
+
+    def fork(self, fn: Callable[[], T], nice: int = 5) -> Forked[T]:
+        child = Forked(fn, nice=nice)
+        self._run.closers.append(child.close)
+        return child
+
+    def thread(self, name: str, work: Callable[[], T], describe: Callable[[T], list[str]], started: float,
+               ) -> Callable[[], T]:
+        """Run `work` in a thread now; the returned function waits for it and records stage `name`
+        where it started, timed from `started` (its seconds overlap the stages that ran meanwhile)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        index = len(self._run.stages)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"metax-audit-{name}")
+        future = pool.submit(lambda: (work(), time.perf_counter() - started))
+        pool.shutdown(wait=False)
+
+        def wait() -> T:
+            result, seconds = future.result()  # re-raises the work's exception here
+            self._run.stages.insert(index, StageRecord(name, True, round(seconds, 3), "; ".join(describe(result))))
+            return result
+
+        return wait
+
+    def close(self) -> None:
+        if self.prestarted is not None:
+            self.prestarted.discard()  # a no-op once introspection used it
+        for close in self._run.closers:
+            close()
+
+
+def _audit_stages(st: _Stages, background: _Background, started: float) -> AuditReport:
+    from metax_audit.pipeline.incremental import start_compare, start_compare_early
+
+    early = start_compare_early(background.fork, st.snap.root, st.config, *_early_releases(st), repo=st.snap.repo,
+                                paths=st.options.paths, use_cache=not st.options.no_cache)  # beside discover
+    discovery = _discover_stage(st)
+    upstream, base = _upstream_stage(st)
+    ahead = start_compare(background.fork, discovery, st.config, upstream, base, repo=st.snap.repo,
+                          paths=st.options.paths, use_cache=not st.options.no_cache, early=early)  # during the trace
+    symbols = _symbols(st, upstream, base)
+    during = _start_during_trace(st, ahead.predicted, symbols, upstream, base, background)
+    discovery, trace = _trace_stage(st, discovery, upstream, symbols)
+    stand_ins = _stack_pins_stage(st)
+    binding, (contracts, dataflow) = _after_trace(st, discovery, trace, symbols, upstream, base, background, during)
+    collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
+    comparison = _compare_stage(st, discovery, upstream, base, ahead)
+    from metax_audit.stages.checks.memo import FileMemo
+
+    memo = FileMemo(discovery.root, enabled=not st.options.no_cache)  # per-file results of checks and triage
+    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding, memo)
+    flows = _dataflow_stage(st, contracts, dataflow)
+    probe_results = _probe_stage(st, trace, flows)
+    test_run = _test_stage(st)
+    _triage(st, trace, comparison, upstream, facts, memo)
+    memo.save()
+    from metax_audit.core.contracts import probe_suggester
+    from metax_audit.stages.inventory import build_report, environment_summary
+
+    report = build_report(
+        snapshot=st.snap, discovery=discovery, trace=trace, comparison=comparison, findings=st.run.findings,
+        probes=probe_results, stages=st.run.stages, upstream=upstream, environment=environment_summary(facts, st.options.python),
+        test_run=test_run, wall_seconds=round(time.perf_counter() - started, 2), waivers={},
+        tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        suggest_probe=probe_suggester(contracts),
+    )
+    return replace(report, dataflow=tuple(flows))
+
+
+def _early_releases(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | None]:
+    """The upstream and base releases for a compare started before discover (incremental.start_compare_early);
+    (None, None) when they cannot be had quietly: the upstream stage then says why."""
+    from metax_audit.pipeline.review_cache import cacheable, upstream_and_base
+    from metax_audit.stages.upstream import Commit
+
+    if not cacheable(st.options):
+        return None, None
+    try:
+        return upstream_and_base(st.config, st.options, st.progress, Commit(Path(st.snap.repo), st.snap.commit, st.snap.label))
+    except AuditError:
+        return None, None
+
+
+def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background, nice: int = 5,
+                    ) -> tuple[Contracts | None, Forked[_FlowResult]]:
+    """Dataflow needs nothing past the trace: a child on the other core runs it while the review goes on."""
+    from metax_audit.core.contracts import project_contracts
+    from metax_audit.stages.checks import dataflow_for_review
+
+    contracts = project_contracts(use_cache=not st.options.no_cache)
+    memo_common = None if st.options.no_cache else ["dataflow"]  # each file's walk kept with what it read
+    return contracts, background.fork(partial(dataflow_for_review, discovery, st.config, contracts, memo_common), nice=nice)
+
+
+def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upstream: UpstreamInfo | None,
+            facts: StackFacts | None, memo: FileMemo | None = None) -> None:
+    """One finding per root cause, and the differences the installed stack explains, before the inventory."""
+    from metax_audit.stages.triage import Counterparts, triage
+
+    counterparts = None
+    if comparison is not None and upstream is not None and upstream.root is not None:
+        counterparts = Counterparts(st.snap.root, upstream.root, upstream.version or "?",
+                                    {f.path: f.upstream_path for f in comparison.files if f.upstream_path}, memo)
+    st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts)
+
+
+def _waived(report: AuditReport, snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions,
+            generate_waivers: bool) -> tuple[AuditReport, str | None]:
+    """Waivers see the inventory's findings (deduplicated, fingerprinted, inactive-path included)."""
+    from metax_audit.pipeline.waivers import apply_waivers
+    from metax_audit.pipeline.waivers import generate_waivers as gen_waivers
+
+    waivers_path = options.waivers or (snap.root / config.waivers if config.waivers else None)
+    findings, waiver_summary = apply_waivers(report.findings, waivers_path, options.today)
+    report = replace(report, findings=tuple(findings), waivers=waiver_summary)
+    return report, (gen_waivers(findings) if generate_waivers else None)
+
+
+def _discover_stage(st: _Stages) -> Discovery:
+    from metax_audit.stages import discover as discover_mod
+
+    with st.run.stage("discover", st.progress) as notes:
+        discovery = discover_mod.discover(st.snap.root, st.config, st.options.paths, use_cache=not st.options.no_cache)
+        if not discovery.files and not discovery.left_out:
+            raise AuditError(
+                f"no file of {st.config.port_package!r} is in scope in this snapshot: is --repo the port's checkout, "
+                "and is port-package right in its [tool.metax-audit] config?")
+        st.run.findings += discover_mod.registration_findings(discovery)
+        st.run.findings += discover_mod.coverage_findings(discovery)
+        notes.append(f"{len(discovery.files)} files, {len(discovery.registrations)} registrations")
+    return discovery
+
+
+def _upstream_stage(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | None]:
+    """The upstream release (and the base one for the three-way view), or (None, None) when none is known."""
+    from metax_audit.stages.upstream import Commit, base_release, installed_upstream_available, resolve_upstream
+
+    options, config = st.options, st.config
+    if not (options.upstream or installed_upstream_available(config.upstream_package)):
+        st.run.skipped("upstream", "no --upstream given and no upstream package installed: compare did not run")
+        return None, None
+    with st.run.stage("upstream", st.progress, options.upstream or config.upstream_package) as notes:
+        upstream = resolve_upstream(options.upstream or config.upstream_package, package=config.upstream_package,
+                                    cache_dir=options.cache_dir)
+        base, how = base_release(Commit(Path(st.snap.repo), st.snap.commit, st.snap.label), config, options, upstream)
+        notes.append(upstream.source)
+        if how:
+            notes.append(how)
+    return upstream, base
+
+
+def _kernel_source_roots(st: _Stages) -> tuple[Path, ...]:
+    """Static roots of the kernel stack named in config (kernel-sources, see upstream.kernel_source_roots)."""
+    if not st.config.kernel_sources:
+        return ()
+    from metax_audit.stages.upstream import kernel_source_roots
+
+    with st.run.stage("kernel-sources", st.progress, ", ".join(st.config.kernel_sources)) as notes:
+        return kernel_source_roots(st.config.kernel_sources, st.options.cache_dir, notes)
+
+
+def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> SymbolTable:
+    """The review's one symbol table: port snapshot, upstream release, base release (stack attached later)."""
+    from metax_audit.stages.trace.symbols import SymbolTable
+
+    return SymbolTable.build(st.snap.root, st.config.port_package, upstream.root if upstream else None,
+                             st.config.upstream_package, max_bytes=st.config.max_file_bytes,
+                             upstream_version=upstream.version if upstream else None,
+                             base_root=base.root if base else None, base_version=base.version if base else None)
+
+
+@dataclass(frozen=True)
+class _DuringTrace:
+    """The work started during the trace on the discovery it is predicted to widen to (the last review's
+    reached files; incremental.start_compare): kept only when the trace widens discovery to exactly that."""
+
+    predicted: Discovery
+    discovery_checks: Forked[tuple[list[Finding], list[Finding]]]
+    contracts: Contracts | None
+    dataflow: Forked[_FlowResult]
+
+
+def _start_during_trace(st: _Stages, predicted: Discovery | None, symbols: SymbolTable, upstream: UpstreamInfo | None,
+                        base: UpstreamInfo | None, background: _Background) -> _DuringTrace | None:
+    """The checks that read no trace (imports, attributes) and the dataflow, in children on the other
+    core while this process traces: they read the discovery's files only, which a one-file change
+    does not alter. Nothing starts without a prediction (a first review, --no-cache)."""
+    if predicted is None:
+        return None
+    from metax_audit.stages.checks import discovery_checks
+
+    # waited for after the compare child (started before discover): a smaller share than it (Forked)
+    checks = background.fork(partial(discovery_checks, predicted, symbols, use_cache=not st.options.no_cache,
+                                     memo_common=_binding_memo_common(st, upstream, base)), nice=10)
+    contracts, dataflow = _start_dataflow(st, predicted, background, nice=10)
+    return _DuringTrace(predicted, checks, contracts, dataflow)
+
+
+def _after_trace(st: _Stages, discovery: Discovery, trace: TraceResult, symbols: SymbolTable, upstream: UpstreamInfo | None,
+                 base: UpstreamInfo | None, background: _Background, during: _DuringTrace | None,
+                 ) -> tuple[Callable[[], list[Finding]], tuple[Contracts | None, Forked[_FlowResult]]]:
+    """The binding checks (waited for by the checks stage) and the dataflow child: what started during
+    the trace when the trace widened discovery as predicted, the rest (or all of it) started now."""
+    from metax_audit.pipeline.incremental import same_files
+
+    memo_common = _binding_memo_common(st, upstream, base)
+    if during is not None and same_files(during.predicted, discovery):
+        calls = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache, memo_common,
+                                        calls_only=True))
+        early = during.discovery_checks
+        st.run.during_trace = True
+
+        def binding() -> list[Finding]:
+            first, second = early.result()
+            return [*first, *calls.result(), *second]  # the order of binding_checks
+
+        return binding, (during.contracts, during.dataflow)
+    if during is not None:
+        during.discovery_checks.close()
+        during.dataflow.close()
+    binding_child = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache,
+                                            memo_common))  # beside compare
+    return binding_child.result, _start_dataflow(st, discovery, background)
+
+
+def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, use_cache: bool = False,
+                    memo_common: list[str] | None = None, calls_only: bool = False) -> list[Finding]:
+    from metax_audit.stages.checks import binding_checks
+
+    return binding_checks(discovery, trace, symbols, use_cache=use_cache, memo_common=memo_common, calls_only=calls_only)
+
+
+def _binding_memo_common(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> list[str]:
+    """What every caller file's call bindings depend on besides the port names they read (trace/memo.py)."""
+    from metax_audit.cache.resultcache import upstream_identity
+
+    return [upstream_identity(upstream), upstream_identity(base), repr(st.config)]
+
+
+def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, symbols: SymbolTable | None = None,
+                 ) -> tuple[Discovery, TraceResult]:
+    """The traced backends; the discovery widened by the port files the trace reached."""
+    from metax_audit.stages import discover as discover_mod
+    from metax_audit.stages import trace as trace_mod
+
+    with st.run.stage("trace", st.progress) as notes:
+        from metax_audit.cache.resultcache import upstream_identity
+
+        # Each backend and file is a unit of the trace memo, kept with what it read (trace/memo.py).
+        memo_common = None if st.options.no_cache else ["trace", upstream_identity(upstream), repr(st.config)]
+        from metax_audit.stages.trace.memo import MemoCount
+
+        memo_count = MemoCount()
+        trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None, symbols, memo_common,
+                                         memo_count)
+        if trace.reached_files:
+            discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files, use_cache=not st.options.no_cache)
+            st.run.findings += discover_mod.coverage_findings(
+                replace(discovery, files=tuple(f for f in discovery.files if f.reason == "reached-by-trace")))
+        st.run.findings += trace_mod.trace_findings(trace)
+        notes.append(f"{len(trace.backends)} backends, {len(trace.calls)} call sites, {len(trace.unresolved)} unresolved"
+                     + (f"; {memo_count.note()}" if memo_count.note() else ""))
+    return discovery, trace
+
+
+def _stack_pins_stage(st: _Stages) -> tuple[StackBinding, ...]:
+    """The kernel stack the reviewed revision pins, and what each pinned package is bound against."""
+    from metax_audit.stages.introspect import stack_pins
+
+    if not stack_pins.read_pins(st.snap.root, st.config):
+        st.run.skipped("stack-pins", f"no pin of {', '.join(st.config.kernel_modules)} in {', '.join(st.config.stack_files)}")
+        return ()
+    with st.run.stage("stack-pins", st.progress) as notes:
+        bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
+                                   manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
+                                   fetch=not st.options.extra_path)
+        st.run.findings += stack_pins.binding_findings(bindings)
+        notes.append(", ".join(f"{b.pin.module} {b.pin.version}: {b.bound}" for b in bindings))
+    return tuple(b for b in bindings if b.bound == "public-base")
+
+
+def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
+                   ahead: CompareAhead | None = None) -> Comparison | None:
+    if upstream is None:
+        st.run.skipped("compare", "no upstream sources")
+        return None
+    with st.run.stage("compare", st.progress) as notes:
+        from metax_audit.cache.resultcache import cached_compare
+
+        comparison, compare_findings, work = (ahead and ahead.take(discovery, upstream, base)) or cached_compare(
+            discovery, st.config, upstream, base, use_cache=not st.options.no_cache)
+        st.run.findings += compare_findings
+        notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences"
+                     + (f"; {work.files} recomputed, the rest from the per-file cache" if work.files < len(comparison.files) else "")
+                     + (f"; of their functions {work.functions_reused} reused, {work.functions_compared} compared"
+                        if work.functions_reused else "")
+                     + ("; compared during the trace" if ahead and ahead.used else "")
+                     + (" (started before discover)" if ahead and ahead.used and ahead.early else ""))
+    return comparison
+
+
+def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, comparison: Comparison | None,
+                  upstream: UpstreamInfo | None, collect_facts: Callable[[], StackFacts | None],
+                  binding: Callable[[], list[Finding]] = list, memo: FileMemo | None = None) -> StackFacts | None:
+    """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
+    with st.run.stage("checks", st.progress) as notes:
+        from metax_audit.stages.checks import (
+            absorb_consequences,
+            check_capabilities,
+            check_inactive_paths,
+            checks_for_review,
+            counterpart_paths,
+            op_findings,
+            op_table_for_review,
+            upstream_calls,
+        )
+
+        up_calls = upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
+        facts = collect_facts()
+        ops = op_table_for_review(discovery, st.config, upstream, facts, use_cache=not st.options.no_cache)
+        stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
+        op_names = op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
+        capabilities = list(check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
+                                               counterparts=counterpart_paths(comparison.files) if comparison else None, memo=memo))
+        inactive = list(check_inactive_paths(discovery, comparison, trace))  # counted with the report's files
+        # The forked binding checks are waited for last, once the work above is done (same order of findings).
+        found = [*stack, *binding(), *op_names, *capabilities]
+        st.run.findings = absorb_consequences([*st.run.findings, *found])
+        notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None and memo.hits else "")
+                     + ("; imports and attributes checked during the trace" if st.run.during_trace else ""))
+        st.run.findings += inactive
+    return facts
+
+
+def _dataflow_stage(st: _Stages, contracts: Contracts | None, dataflow: Forked[_FlowResult],
+                    ) -> list[LseFlow]:
+    if contracts is None:
+        dataflow.close()
+        from metax_audit.core.contracts import default_contracts_path
+
+        st.run.skipped("dataflow", f"no contracts file at {default_contracts_path()}: conventions unknown")
+        return []
+    with st.run.stage("dataflow", st.progress) as notes:
+        # The findings come from the forked child; their rules (help text for SARIF and Markdown)
+        # are declared when the checks package is imported, so here as well.
+        import metax_audit.stages.checks  # noqa: F401
+
+        flows, flow_findings, flow_unresolved = dataflow.result()
+        st.run.findings += flow_findings
+        notes.append(f"{len(flows)} LSE flows, {len(flow_findings)} mismatched, {len(flow_unresolved)} not followed"
+                     + ("; followed during the trace" if st.run.during_trace else ""))
+    return flows
+
+
+def _probe_stage(st: _Stages, trace: TraceResult, flows: Sequence[LseFlow]) -> list[ProbeResult]:
+    if not st.options.run_probes:
+        st.run.skipped("probe", "not requested (review --probe runs the probes the findings name)")
+        return []
+    with st.run.stage("probe", st.progress) as notes:
+        probe_results = _probes_for(trace, flows, st.options, notes, (st.config.port_package,))
+        from metax_audit.stages.probing import probe_findings
+
+        st.run.findings += probe_findings(probe_results)
+    return probe_results
+
+
+def _test_stage(st: _Stages) -> TestRun | None:
+    """--test: the user's test command on the snapshot; a failing run is a finding."""
+    if not st.options.test_command:
+        return None
+    with st.run.stage("test", st.progress, st.options.test_command) as notes:
+        from metax_audit.core.findings import make_finding
+        from metax_audit.core.models import Location
+        from metax_audit.stages.snapshot import run_test_command
+
+        test_run = run_test_command(st.options.test_command, st.snap.root)
+        notes.append(f"exit {test_run.exit_code}")
+        if test_run.exit_code != 0:
+            st.run.findings.append(make_finding(
+                "MXA003", Location("."), f"`{test_run.command}` exited {test_run.exit_code} on the snapshot",
+                (test_run.output_tail[-1500:],)))
+    return test_run
+
+
+def _introspect(st: _Stages, discovery: Discovery, trace: TraceResult, upstream: UpstreamInfo | None,
+                background: _Background, stand_ins: Sequence[StackBinding] = ()) -> Callable[[], StackFacts | None]:
+    """Start introspection; returns the function that waits for its facts and records the stage.
+
+    The worker is a subprocess on a core of its own, so compare and the upstream trace run while it
+    imports the stack; the thread here only waits on its pipe. Facts of an unchanged stack come
+    from the on-disk cache (not with --extra-path stub stacks, which are for tests and the demo)."""
+    from metax_audit.stages import introspect as introspect_mod
+    from metax_audit.stages.introspect import stack_pins
+
+    config, options, run, progress = st.config, st.options, st.run, st.progress
+    options = replace(options, static_roots=(st.snap.root, *((upstream.root,) if upstream and upstream.root else ()),
+                                             *options.static_roots, *_kernel_source_roots(st)))
+    targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules, use_cache=not options.no_cache)
+    prestarted = background.prestarted
+    if prestarted is not None and not targets:
+        prestarted.discard()
+    if options.stack is not None:
+        with run.stage("introspect", progress, f"manifest {options.stack}") as notes:
+            manifest = introspect_mod.load_manifest(options.stack)
+            notes.append(f"{len(manifest.facts)} callables from manifest captured {manifest.captured_at} on {manifest.host}")
+        return lambda: manifest
+    if not targets:
+        run.skipped("introspect", "the trace reached no external kernel entry point")
+        return lambda: None
+    progress.stage("introspect", f"{len(targets)} entry points")
+    started = time.perf_counter()
+    # The port is read from the snapshot, never imported: an installed copy is not what is under review.
+    # So is a kernel package bound to the public base of its pinned vendor build (stack_pins).
+    never_import = (config.port_package, *(b.pin.module for b in stand_ins))
+    static_roots = (*options.static_roots, *(b.root for b in stand_ins if b.root is not None))
+    cache: bool | introspect_mod.CachePlan = False
+    if not options.extra_path:
+        cache = introspect_mod.plan_cache(targets, python=options.python, extra_path=options.extra_path,
+                                          static_roots=static_roots, never_import=never_import,
+                                          op_namespaces=config.op_namespaces)
+
+    def work() -> StackFacts:
+        facts = introspect_mod.introspect(targets, python=options.python, timeout=options.introspect_timeout,
+                                          extra_path=options.extra_path, static_roots=static_roots,
+                                          never_import=never_import, cache=cache, prestarted=prestarted,
+                                          op_namespaces=config.op_namespaces)
+        return stack_pins.mark_stand_ins(facts, stand_ins)
+
+    return background.thread("introspect", work, _introspect_notes, started)
+
+
+def _introspect_notes(facts: StackFacts) -> list[str]:
+    by_status: dict[str, int] = {}
+    for fact in facts.facts.values():
+        by_status[fact.status] = by_status.get(fact.status, 0) + 1
+    notes = [", ".join(f"{v} {k}" for k, v in sorted(by_status.items()))]
+    if facts.cache_entry:
+        notes.append(f"facts from the stack cache (captured {facts.captured_at})")
+    notes.append("ran alongside compare")  # its seconds overlap the next stages
+    return notes
+
+
+def _probes_for(trace: TraceResult, flows: Sequence[LseFlow], options: ReviewOptions, notes: list[str],
+                port_packages: Sequence[str]) -> list[ProbeResult]:
+    """The probes of every traced kernel with a built-in adapter, plus the probe each LSE flow
+    names to confirm its verdict; each (target, family, probe) runs once."""
+    from metax_audit.stages.probing import run_probes, targets_from_trace
+
+    plan: dict[tuple[str, str], set[str]] = {}
+    for chain in trace.backends:
+        for target, family in targets_from_trace(chain):
+            plan.setdefault((target, family), set())  # empty: every probe that applies
+    for request in (r for flow in flows for r in flow.probes):
+        key = (request.target, request.family)
+        if key not in plan:
+            plan[key] = set(request.probes)
+        elif plan[key]:  # an empty set already means every probe
+            plan[key].update(request.probes)
+    results: list[ProbeResult] = []
+    for (target, family), probes in sorted(plan.items()):
+        results += run_probes(target=target, family=family, probes=tuple(sorted(probes)), python=options.python,
+                              extra_path=options.extra_path, port_packages=port_packages)
+    notes.append(f"{len(results)} probe results over {len(plan)} targets")
+    return results

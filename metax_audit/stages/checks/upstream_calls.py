@@ -1,0 +1,38 @@
+# Call sites of the upstream counterparts of the compared port files, traced like the port (the
+# signature check compares positional arguments of the same callee on both sides).
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.models import CallSite, Comparison, Discovery, UpstreamInfo
+
+
+def upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig, *,
+                    use_cache: bool = True) -> Sequence[CallSite]:
+    """Call sites of the upstream counterparts, so a positional argument whose meaning moved
+    between upstream's call and the port's call of the same callee can be seen."""
+    if comparison is None or upstream is None or upstream.root is None:
+        return ()
+    from metax_audit.core.models import SourceFile
+    from metax_audit.stages.trace import trace_backends
+
+    paths = sorted({f.upstream_path for f in comparison.files if f.upstream_path})
+    if not paths:
+        return ()
+    files = tuple(SourceFile(p, p[:-3].replace("/", "."), "counterpart") for p in paths if (upstream.root / p).is_file())
+    up_discovery = Discovery(root=upstream.root, port_package=config.upstream_package, files=files, registrations=(),
+                             priorities=(), switches=(), callers={})
+    up_config = replace(config, port_package=config.upstream_package)
+    # They depend on the upstream release, the counterparts and the config only: cached per upstream.
+    from metax_audit.cache import resultcache
+
+    entry = resultcache.key("upstream-calls", resultcache.upstream_identity(upstream), [f.path for f in files], repr(up_config))
+    cached = resultcache.load("upstream-calls", entry) if use_cache else None
+    if isinstance(cached, tuple):
+        return cached
+    calls = tuple(trace_backends(up_discovery, up_config, None).calls)
+    if use_cache:
+        resultcache.store("upstream-calls", entry, calls)
+    return calls

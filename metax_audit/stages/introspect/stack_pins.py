@@ -1,0 +1,379 @@
+# The vendor kernel stack a revision pinned (requirements files, Dockerfiles, setup.py) and what the
+# review binds each pinned kernel package against: the installed build, a manifest, or the public base.
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shutil
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+
+from metax_audit.cache.cachedir import cache_root
+from metax_audit.core import subproc, tempdirs
+from metax_audit.core.config import AuditConfig
+from metax_audit.core.findings import make_finding, rule
+from metax_audit.core.models import Category, Finding, Location, Severity, StackFacts
+from metax_audit.stages.upstream import COMPLETE_MARKER
+
+rule("MXA160", Category.ENVIRONMENT, Severity.INFO, "kernel package bound against the public base of the pinned vendor build",
+     "The revision pins a vendor build (a `+local` version) that is not what is installed here, so its calls and "
+     "imports were bound statically against the public release it derives from (downloaded once, only its .py "
+     "sources kept, never imported). A vendor change to that API is invisible: confirm with a manifest "
+     "captured on the vendor stack (`metax-audit evidence --capture-stack`, then `review --stack`).")
+rule("MXA161", Category.ENVIRONMENT, Severity.WARNING, "pinned kernel package could not be bound to the pinned version",
+     "The revision pins a version that is neither installed here nor obtainable as a public base release, so the "
+     "checks of calls into this package ran against whatever is installed (or could not run). Findings about it "
+     "may not hold on the pinned stack: capture a manifest on the vendor stack.")
+
+_PIN = re.compile(r"(?<![\w.\-/])([A-Za-z][A-Za-z0-9._-]*)\s*==\s*([0-9][A-Za-z0-9.+!_-]*)")
+UNAVAILABLE = ".metax-audit-unavailable"  # a cached "no public release" answer, with pip's reason
+PIP_TIMEOUT_S = 600
+_PIN_FILE_SUFFIXES = (".txt", ".in", ".py", ".toml", ".cfg")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class StackPin:
+    distribution: str  # as pinned: "flashinfer"
+    version: str  # "0.2.6+metax3.8.0.7torch2.10"
+    module: str  # the import package it provides: "flashinfer"
+    location: Location  # the line that pins it
+
+    @property
+    def public_version(self) -> str:
+        """The release a vendor build derives from: the version without its +local label."""
+        return self.version.split("+", 1)[0]
+
+    @property
+    def vendor_build(self) -> bool:
+        return "+" in self.version
+
+
+@dataclass(frozen=True)
+class StackBinding:
+    pin: StackPin
+    bound: str  # "installed" | "manifest" | "public-base" | "unbound"
+    installed: str | None = None  # the version installed in the target interpreter
+    public: str | None = None  # "flashinfer-python==0.2.6"
+    root: Path | None = None  # directory holding the stand-in's `module/` sources
+    note: str = ""  # the evidence sentence
+
+    @property
+    def stand_in(self) -> str:
+        """How a fact read from this binding is described in the evidence."""
+        made = source_of(self.root) if self.root is not None else ""
+        return (f"public base {self.public} of the pinned vendor build {self.pin.distribution}=={self.pin.version} "
+                f"({self.pin.location}), read statically" + (f" from {made}" if made else ""))
+
+
+def _pin_files(root: Path, entries: Iterable[str]) -> list[Path]:
+    files: list[Path] = []
+    for entry in entries:
+        path = root / entry
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.is_file() and (
+                p.suffix in _PIN_FILE_SUFFIXES or p.name.startswith("Dockerfile") or p.suffix == ".Dockerfile"
+                or p.name.endswith(".Dockerfile")))
+    return files
+
+
+def read_pins(root: Path, config: AuditConfig) -> list[StackPin]:
+    """Every `name==version` of a kernel package (config.kernel_modules) in the revision's pin files,
+    first pin of each package in file order (requirements before Dockerfiles, as config lists them)."""
+    modules = {canonical(m): m for m in config.kernel_modules}
+    aliases = {canonical(vendor): canonical(public) for vendor, public in config.stack_public_names.items()}
+    for vendor, public in aliases.items():
+        if public in modules:
+            modules.setdefault(vendor, modules[public])
+    pins: dict[str, StackPin] = {}
+    for path in _pin_files(root, config.stack_files):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        rel = path.relative_to(root).as_posix()
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("#"):
+                continue
+            for m in _PIN.finditer(line.split(" #", 1)[0]):
+                name = canonical(m.group(1))
+                if name in modules and modules[name] not in pins:
+                    pins[modules[name]] = StackPin(m.group(1), m.group(2).rstrip("."), modules[name], Location(rel, lineno, f"pin:{name}"))
+    return [pins[m] for m in config.kernel_modules if m in pins]
+
+
+def release_line(version: str) -> str:
+    """The public release a version belongs to: no +local label, no .postN (post-releases change packaging,
+    not the code line): 0.2.6.post1 and 0.2.6+metax3.8 are both 0.2.6."""
+    return re.sub(r"[.-]?post\d*$", "", version.split("+", 1)[0])
+
+
+def installed_versions(names: Sequence[str], python: str | None) -> dict[str, str]:
+    """{canonical distribution name: version} installed in the target interpreter (read, never imported).
+    The answer is kept in the stack cache under the interpreter's stack identity (its distributions'
+    metadata by stat, introspect.stack_identity): the same stack answers the same without a subprocess."""
+    import hashlib
+    import json
+
+    from metax_audit.stages.introspect import stack_cache_dir, stack_identity
+
+    identity = stack_identity(python, ())
+    kept = None
+    if identity is not None:
+        asked = hashlib.sha256(json.dumps([identity, sorted(names)]).encode()).hexdigest()[:32]
+        kept = stack_cache_dir() / f"versions-{asked}.json"
+        try:
+            answer = json.loads(kept.read_text(encoding="utf-8"))
+            if isinstance(answer, dict) and all(isinstance(v, str) for v in answer.values()):
+                return answer
+        except (OSError, ValueError):
+            pass  # not asked before (or a damaged entry): ask the interpreter
+    answer = _ask_versions(names, python)
+    if kept is not None and answer is not None:
+        with contextlib.suppress(OSError):  # a read-only cache only costs the next review its speed
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(answer), encoding="utf-8")
+            os.replace(tmp, kept)
+    return answer or {}
+
+
+def _ask_versions(names: Sequence[str], python: str | None) -> dict[str, str] | None:
+    """installed_versions from the interpreter itself; None when it could not answer."""
+    code = ("import importlib.metadata as m, json, sys\n"
+            "out = {}\n"
+            "for n in sys.argv[1:]:\n"
+            "    try: out[n] = m.version(n)\n"
+            "    except m.PackageNotFoundError: pass\n"
+            "print(json.dumps(out))\n")
+    # behind the fence, customize modules refused: an editable install's checkout may hold a sitecustomize
+    done = subproc.run_python(python or sys.executable, ["-c", subproc.fenced_code(code), *names], timeout=60,
+                              isolated=True, never_import=())
+    if done.timed_out or done.returncode != 0:
+        return None
+    import json
+
+    try:
+        return {canonical(k): str(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,
+         cache_dir: Path | None = None, fetch: bool = True) -> list[StackBinding]:
+    """What each pinned kernel package is checked against. A manifest wins; then an installed build
+    whose public release equals the pin's; else the pin's public base from the cache (downloaded once
+    with `pip download --no-deps`, only its .py files kept, never imported)."""
+    pins = read_pins(root, config)
+    if not pins:
+        return []
+    if manifest:
+        return [StackBinding(p, "manifest", note="the stack manifest given with --stack stands for the pinned stack")
+                for p in pins]
+    names = sorted({canonical(p.distribution) for p in pins} | {canonical(_public_name(p, config)) for p in pins})
+    installed = installed_versions(names, python)
+    out: list[StackBinding] = []
+    for pin in pins:
+        have = installed.get(canonical(pin.distribution)) or installed.get(canonical(_public_name(pin, config)))
+        if have is not None and (have == pin.version or release_line(have) == release_line(pin.version)):
+            out.append(StackBinding(pin, "installed", installed=have, note=f"installed {have} matches the pin {pin.version}"))
+            continue
+        public = f"{_public_name(pin, config)}=={pin.public_version}"
+        entry, why = public_base(public, pin.module, cache_dir=cache_dir, python=python, fetch=fetch)
+        if entry is not None:
+            diff = f"installed {have} differs from the pin" if have else "not installed here"
+            out.append(StackBinding(pin, "public-base", installed=have, public=public, root=entry,
+                                    note=f"{pin.distribution}=={pin.version} pinned at {pin.location}: {diff}; "
+                                         f"bound against the public base {public} (cache {entry})"))
+        else:
+            fallback = f"checked against the installed {have} instead" if have else "calls into it could not be checked"
+            out.append(StackBinding(pin, "unbound", installed=have, public=public,
+                                    note=f"{pin.distribution}=={pin.version} pinned at {pin.location}: the public base "
+                                         f"{public} is unavailable ({why}); {fallback}"))
+    return out
+
+
+def _public_name(pin: StackPin, config: AuditConfig) -> str:
+    by_canonical = {canonical(k): v for k, v in config.stack_public_names.items()}
+    return by_canonical.get(canonical(pin.distribution), pin.distribution)
+
+
+def binding_findings(bindings: Sequence[StackBinding]) -> list[Finding]:
+    found = []
+    for b in bindings:
+        if b.bound == "public-base":
+            found.append(make_finding("MXA160", b.pin.location, f"{b.pin.module}: bound against {b.public}, the public "
+                                      f"base of the pinned {b.pin.distribution}=={b.pin.version}", [b.note]))
+        elif b.bound == "unbound":
+            # Checked against another installed version, findings about the package may be wrong: a warning.
+            # Nothing installed, its calls were not checked at all: a coverage gap, shown but info.
+            found.append(make_finding("MXA161", b.pin.location, f"{b.pin.module}: the pinned {b.pin.distribution}=="
+                                      f"{b.pin.version} could not be bound", [b.note],
+                                      severity=None if b.installed else Severity.INFO))
+    return found
+
+
+# ---------------------------------------------------------------- the public base in the cache
+
+
+# Said of an unavailable public base the first time and every time after, so the finding reads the same
+# (a baseline that met it first would otherwise see it "changed" on the next review).
+_CACHED = " (cached answer; delete the entry to retry)"
+FIND_LINKS_ENV = "METAX_AUDIT_FIND_LINKS"  # dirs of local wheels/sdists (os.pathsep-separated), tried before pip
+
+
+def public_base(public: str, module: str, *, cache_dir: Path | None = None, python: str | None = None,
+                fetch: bool = True) -> tuple[Path | None, str]:
+    """The cache entry holding `module/`'s .py sources of the public release `public` (NAME==VERSION),
+    made once from a local archive ($METAX_AUDIT_FIND_LINKS) or `pip download`; when VERSION itself
+    cannot be had (no archive, or pip cannot prepare its sdist's metadata), its newest post-release
+    (VERSION.postN, same code line). (None, reason) when none can be had; that answer is cached too."""
+    entry = cache_root(cache_dir) / "stack-sources" / public.replace("==", "-")
+    if (entry / COMPLETE_MARKER).is_file() and (entry / module).is_dir():
+        return entry, ""
+    if (entry / UNAVAILABLE).is_file():
+        return None, (entry / UNAVAILABLE).read_text(encoding="utf-8").strip() + _CACHED
+    if not fetch:
+        return None, "not in the cache and downloads are off"
+    try:
+        work = tempdirs.make("stack", _ensure(entry.parent))
+    except OSError as exc:
+        return None, f"cache not writable: {exc}"
+    try:
+        name, version = public.split("==", 1)
+        archive, why = _local_archive(name, version)
+        if archive is None:
+            archive, why = _download(public, work, python)
+        if archive is None:
+            archive, more = _download(f"{name}>={version}.post0,<{version}.post100000", work, python)
+            why = f"{why}; post-releases: {more}" if archive is None else why
+        if archive is None:
+            shutil.rmtree(entry, ignore_errors=True)
+            entry.mkdir(parents=True, exist_ok=True)
+            (entry / UNAVAILABLE).write_text(why + "\n", encoding="utf-8")
+            return None, why + _CACHED
+        partial = work / "extract"
+        if not extract_sources(archive, module, partial):
+            return None, f"{archive.name} holds no {module}/ package"
+        shutil.rmtree(entry, ignore_errors=True)
+        partial.rename(entry)
+        got = f"{archive.name}" + (f" (instead of {version}: {why})" if why else "")
+        (entry / COMPLETE_MARKER).write_text(f"{public} from {got}\n", encoding="utf-8")
+        return entry, ""
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def source_of(entry: Path) -> str:
+    """What a public-base cache entry was made from ("flashinfer_python-0.2.6.post1.tar.gz (instead of ...)")."""
+    try:
+        text = (entry / COMPLETE_MARKER).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+    return text.split(" from ", 1)[1] if " from " in text else ""
+
+
+def _local_archive(name: str, version: str) -> tuple[Path | None, str]:
+    """A wheel or sdist of `name` at `version` (or a post-release of it) in $METAX_AUDIT_FIND_LINKS."""
+    import os
+
+    stem = re.sub(r"[-_.]+", "_", name).lower()
+    candidates: list[tuple[int, str, Path]] = []
+    for folder in filter(None, os.environ.get(FIND_LINKS_ENV, "").split(os.pathsep)):
+        for path in sorted(Path(folder).glob("*")) if Path(folder).is_dir() else ():
+            m = re.match(r"^(.+?)-(\d[^-]*?)(?:\.tar\.gz|\.zip|-.*\.whl)$", path.name)
+            if not m or re.sub(r"[-_.]+", "_", m.group(1)).lower() != stem:
+                continue
+            found = m.group(2)
+            if found == version:
+                candidates.append((0, found, path))
+            elif re.fullmatch(re.escape(version) + r"\.?post(\d+)", found):
+                candidates.append((1, found, path))
+    if not candidates:
+        return None, ""
+    best = sorted(candidates, key=lambda c: (c[0], -int(re.sub(r"\D", "", c[1].rsplit("post", 1)[-1]) or 0)))[0]
+    return best[2], "" if best[0] == 0 else f"{version} not among the local archives"
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _download(public: str, dest: Path, python: str | None) -> tuple[Path | None, str]:
+    """A wheel when the release has one (no build step); else the sdist, whose metadata pip prepares
+    with the target interpreter without build isolation (no build dependencies are installed)."""
+    why = ""
+    for extra in (["--only-binary=:all:"], ["--no-binary=:all:", "--no-build-isolation"]):
+        out = tempdirs.make("wheel" if extra[0].startswith("--only") else "sdist", dest)
+        done = subproc.run_python(python or sys.executable, ["-m", "pip", "download", "--no-deps", *extra, "-d", str(out),
+                                                              public], timeout=PIP_TIMEOUT_S, isolated=True)
+        found = sorted(p for p in out.iterdir() if p.is_file())
+        if done.returncode == 0 and not done.timed_out and found:
+            return found[0], ""
+        why = "timed out" if done.timed_out else _pip_reason(done.stderr or done.stdout or "", done.returncode)
+    return None, f"pip download {public}: {why}"
+
+
+def _pip_reason(output: str, returncode: int) -> str:
+    """The line of pip's output that says why: the build backend's own error when metadata failed."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    noise = ("subprocess-exited-with-error", "metadata-generation-failed", "hint:", "note:", "See above")
+    causes = [ln for ln in lines if re.search(r"(^ERROR|[Ee]rror:)", ln) and not any(n in ln for n in noise)]
+    return (causes or lines or [f"exit {returncode}"])[-1]
+
+
+def extract_sources(archive: Path, module: str, target: Path) -> int:
+    """Copy the .py files of the shallowest `module/` package in a wheel or sdist to target/module/."""
+    members = _members(archive)
+    tops = sorted((p for p in members if PurePosixPath(p).name == "__init__.py" and PurePosixPath(p).parent.name == module),
+                  key=lambda p: p.count("/"))
+    if not tops:
+        return 0
+    prefix = str(PurePosixPath(tops[0]).parent) + "/"
+    count = 0
+    for name, data in members.items():
+        if not (name.startswith(prefix) and name.endswith(".py")):
+            continue
+        rel = PurePosixPath(module) / name[len(prefix):]
+        if ".." in rel.parts:
+            continue  # a hostile archive path
+        out = target / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+        count += 1
+    return count
+
+
+def _members(archive: Path) -> dict[str, bytes]:
+    """{member path: bytes} of the Python files (and __init__ markers) of a wheel/zip or a tar sdist."""
+    if archive.suffix in {".whl", ".zip"}:
+        with zipfile.ZipFile(archive) as zf:
+            return {i.filename: zf.read(i) for i in zf.infolist() if i.filename.endswith(".py") and not i.is_dir()}
+    out: dict[str, bytes] = {}
+    with tarfile.open(archive) as tf:
+        for m in tf.getmembers():
+            if m.isfile() and m.name.endswith(".py"):
+                out[m.name] = (tf.extractfile(m) or io.BytesIO()).read()
+    return out
+
+
+def mark_stand_ins(facts: StackFacts, stand_ins: Sequence[StackBinding]) -> StackFacts:
+    """Say on each fact read from a public-base stand-in what it stands for (the evidence names it)."""
+    by_module = {b.pin.module: b for b in stand_ins}
+    if not by_module:
+        return facts
+    marked = {t: replace(f, stand_in=by_module[t.split(".")[0]].stand_in) if t.split(".")[0] in by_module else f
+              for t, f in facts.facts.items()}
+    return replace(facts, facts=marked)

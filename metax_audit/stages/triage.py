@@ -1,0 +1,301 @@
+# The pass after the checks: one finding per root cause (several findings from one call or flow become
+# one finding with every consequence in its evidence) and the demotions only the installed stack can prove.
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from metax_audit.core.models import CallSite, Category, Finding, Severity, StackFacts
+from metax_audit.core.pysource import cached_text, read_source_cached, walk_nodes
+
+if TYPE_CHECKING:
+    from metax_audit.stages.checks.memo import FileMemo
+
+# Evidence lines compare writes per hunk: "<path>:<line> [<kind>] <detail> -- <verdict>".
+MAY_CHANGE = "-- may change what a kernel computes or whether it runs"
+_HUNK = re.compile(r"^(?P<path>\S+?):(?P<line>\d+) \[(?P<kind>[\w-]+)\] (?P<detail>.*) " + re.escape(MAY_CHANGE) + "$")
+_COMMENTED = re.compile(r"argument\(s\) (?P<items>.+?) commented out")
+# A removed local whose only reads are as keyword arguments: "port drops (read only as kernel(seqused_k=)): ...".
+_READ_ONLY_AS = re.compile(r"^port drops \(read only as (?P<uses>[^)]+\)(?:, [^)]+\))*)\): ")
+_KEYWORD_USE = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<kw>\w+)=\)")
+_CALL_DELTA = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<args>[+-]\w+(?:, [+-]\w+)*)\)")
+# Rules whose findings at one call site are consequences of one root cause (one call, one flow).
+_PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
+
+
+def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None,
+           counterparts: Counterparts | None = None) -> list[Finding]:
+    """Demote the differences the installed stack explains, merge findings of one call or flow, and say
+    which findings are about a statement the port inherited unchanged from upstream."""
+    out = [_signature_demotion(f, calls, facts) for f in findings]
+    return label_inherited(merge_into_errors(group_per_call(out)), counterparts)
+
+
+# ---------------------------------------------------------------- the installed signature explains it
+
+
+def _signature_demotion(f: Finding, calls: Sequence[CallSite], facts: StackFacts | None) -> Finding:
+    if facts is None or not any(MAY_CHANGE in e for e in f.evidence):
+        return f
+    evidence = [_explained(e, calls, facts) for e in f.evidence]
+    if evidence == list(f.evidence):
+        return f
+    severity = f.severity
+    if severity == Severity.WARNING and not any(MAY_CHANGE in e for e in evidence):
+        severity = Severity.INFO
+    return replace(f, evidence=tuple(evidence), severity=severity)
+
+
+def _explained(line: str, calls: Sequence[CallSite], facts: StackFacts) -> str:
+    m = _HUNK.match(line)
+    if m is not None and m["kind"] in {"removed", "upstream-not-followed"}:
+        return _feeds_absent_keyword(line, m, calls, facts)
+    if m is None or m["kind"] not in {"argument-commented-out", "call-changed"}:
+        return line
+    deltas: dict[str, tuple[set[str], set[str]]] = {}  # callee -> (added, dropped)
+    if m["kind"] == "argument-commented-out":
+        items = _COMMENTED.search(m["detail"])
+        for item in (items["items"].split(", ") if items else []):
+            callee, _, kw = item.rpartition(":")
+            deltas.setdefault(callee, (set(), set()))[1].add(kw)
+    else:
+        for d in _CALL_DELTA.finditer(m["detail"].split(": upstream:", 1)[0]):
+            plus, minus = deltas.setdefault(d["callee"], (set(), set()))
+            for arg in d["args"].split(", "):
+                (plus if arg[0] == "+" else minus).add(arg[1:])
+    if not deltas:
+        return line
+    reasons = []
+    for callee, (added, dropped) in deltas.items():
+        why = _lacks(callee, added, dropped, m["path"], int(m["line"]), calls, facts)
+        if not why:
+            return line
+        reasons.append(why)
+    return line.replace(MAY_CHANGE, "-- info: " + "; ".join(reasons))
+
+
+def _feeds_absent_keyword(line: str, m: re.Match[str], calls: Sequence[CallSite], facts: StackFacts) -> str:
+    """A removed local that upstream only passes as `kernel(kw=name)` is explained when every port call of
+    that kernel in the file binds to an installed signature without `kw` (the port cannot pass it)."""
+    detail = m["detail"].removeprefix("upstream changed this after the base release; the port keeps the earlier form: ")
+    uses = _READ_ONLY_AS.match(detail)
+    if uses is None:
+        return line
+    reasons = []
+    for use in _KEYWORD_USE.finditer(uses["uses"]):
+        sites = [cs for cs in calls if cs.location.path == m["path"] and cs.callee_text == use["callee"]]
+        found = [facts.facts.get(cs.resolved or "") for cs in sites]
+        if not sites or any(f is None or f.params is None or any(p.kind == "VAR_KEYWORD" for p in f.params)
+                            or use["kw"] in {p.name for p in f.params} for f in found):
+            return line
+        fact = found[0]
+        assert fact is not None  # checked above: every site has a known signature
+        reasons.append(f"it only fed {use['callee']}({use['kw']}=), and the installed {fact.target} has no parameter "
+                       f"{use['kw']!r} ({len(sites)} port call(s) in the file bind to it)")
+    return line.replace(MAY_CHANGE, "-- info: " + "; ".join(reasons)) if reasons else line
+
+
+def _lacks(callee: str, added: set[str], dropped: set[str], path: str, line: int, calls: Sequence[CallSite],
+           facts: StackFacts) -> str:
+    """Why the installed callable explains the change: it has none of the dropped keywords (and accepts
+    every added one); "" when it does not, or when the installed signature is unknown."""
+    for cs in calls:
+        if cs.location.path != path or not (line <= cs.location.line <= line + 40) or cs.callee_text != callee:
+            continue
+        fact = facts.facts.get(cs.resolved or "")
+        if fact is None or fact.params is None:
+            return ""
+        names = {p.name for p in fact.params if p.kind not in {"VAR_POSITIONAL", "VAR_KEYWORD"}}
+        if any(p.kind == "VAR_KEYWORD" for p in fact.params) or (dropped & names) or (added - names):
+            return ""
+        what = f"keyword(s) {', '.join(sorted(dropped))} dropped" if dropped else "keywords changed"
+        return f"{what} because the installed {fact.target} has no such parameter ({fact.signature or 'signature read'})"
+    return ""
+
+
+# ---------------------------------------------------------------- one finding per call or flow
+
+
+def group_per_call(findings: Iterable[Finding]) -> list[Finding]:
+    """Findings of one stack/dataflow rule at one call site are one finding: the first, with every other
+    one's message and evidence added (e.g. two LSE arguments of one merge call with the wrong base)."""
+    out: list[Finding] = []
+    groups: dict[tuple[str, str, int, str], list[Finding]] = {}
+    for f in findings:
+        if _PER_CALL.match(f.rule) and f.location.line and f.severity != Severity.INFO:
+            key = (f.rule, f.location.path, f.location.line, f.severity.value)
+            if key in groups:
+                groups[key].append(f)
+                continue
+            groups[key] = [f]
+        out.append(f)
+    merged = {id(g[0]): _merge(g) for g in groups.values() if len(g) > 1}
+    return [merged.get(id(f), f) for f in out]
+
+
+_COMPARE_RULES = frozenset({"MXA201", "MXA202", "MXA203"})
+
+
+def merge_into_errors(findings: Sequence[Finding]) -> list[Finding]:
+    """A difference from upstream at the very line of an error is that error's root cause (the port kept
+    the old call, changed the argument): the compare finding joins the error as evidence, every hunk kept."""
+    errors = {(f.location.path, f.location.line): f for f in findings
+              if f.severity is Severity.ERROR and f.location.line and _PER_CALL.match(f.rule)}
+    if not errors:
+        return list(findings)
+    absorbed: dict[tuple[str, int], list[Finding]] = {}
+    out: list[Finding] = []
+    for f in findings:
+        hit = None
+        if f.rule in _COMPARE_RULES and f.severity is not Severity.ERROR:
+            for e in f.evidence:
+                m = re.match(r"^(\S+?):(\d+) \[", e)
+                if m and (m.group(1), int(m.group(2))) in errors:
+                    hit = (m.group(1), int(m.group(2)))
+                    break
+        if hit is None:
+            out.append(f)
+        else:
+            absorbed.setdefault(hit, []).append(f)
+    merged = []
+    for f in out:
+        joined = absorbed.get((f.location.path, f.location.line), []) if f.severity is Severity.ERROR else []
+        if joined:
+            extra = [line for j in joined for line in (f"root cause, also {j.rule}: {j.message}", *j.evidence)]
+            f = replace(f, evidence=(*f.evidence, *extra), joined=_joined(f, joined))
+        merged.append(f)
+    return merged
+
+
+def _merge(group: list[Finding]) -> Finding:
+    first = group[0]
+    symbols = [f.location.symbol for f in group]
+    prefix = symbols[0].split(":", 1)[0]
+    symbol = prefix if all(s.split(":", 1)[0] == prefix for s in symbols) else symbols[0]
+    message = f"{len(group)} findings at one call: " + " | ".join(f.message for f in group)
+    evidence: list[str] = []
+    for i, f in enumerate(group, 1):
+        evidence.append(f"({i}) {f.message}")
+        evidence.extend(e for e in f.evidence if e not in evidence)
+    return replace(first, location=replace(first.location, symbol=symbol), message=message, evidence=tuple(evidence),
+                   joined=_joined(first, group[1:]))
+
+
+def _joined(into: Finding, others: Sequence[Finding]) -> tuple[str, ...]:
+    """The ids a merged finding stands for besides its own: the others' and what they had joined."""
+    return tuple(dict.fromkeys((*into.joined, *(x for f in others for x in (f.id, *f.joined)))))
+
+
+# ---------------------------------------------------------------- inherited from upstream
+
+
+# Rules about one statement of the port: when that statement is upstream's, the finding is inherited.
+_STATEMENT_RULE = re.compile(r"^MXA1[0-4]\d$")
+# Findings of a followed value (LSE base/layout, FP8 scales): inherited when the call that receives the
+# value in the wrong convention is upstream's own statement (upstream ships the same break).
+_FLOW_CATEGORIES = frozenset({Category.LSE, Category.LAYOUT, Category.FP8_SCALE})
+
+
+@dataclass(frozen=True)
+class Counterparts:
+    """Where each compared port file's upstream counterpart is, to tell inherited statements from the port's."""
+
+    port_root: Path
+    upstream_root: Path
+    version: str
+    files: dict[str, str]  # port path -> upstream path
+    # The answer for one line is a function of the two files' bytes: kept per port file.
+    memo: FileMemo | None = field(default=None, compare=False)
+
+    def inherited(self, path: str, line: int, what: str = "") -> str:
+        """Evidence that the statement at path:line is upstream's own, or ""."""
+        up_path = self.files.get(path)
+        if not up_path or not line:
+            return ""
+        compute = functools.partial(_upstream_line, self.port_root, path, line, self.upstream_root, up_path)
+        if self.memo is None:
+            up_line = compute()
+        else:
+            up_line = self.memo.get(path, ("inherited", line, up_path, self.memo.digest(self.upstream_root / up_path)), compute)
+        if up_line is None:
+            return ""
+        return f"attribution: inherited from upstream {self.version}, {what or 'also present there'} ({up_path}:{up_line})"
+
+
+def _upstream_line(port_root: Path, path: str, line: int, upstream_root: Path, up_path: str) -> int | None:
+    """The upstream line where the statement at path:line appears verbatim (whitespace aside), or None."""
+    stmt = _statement_text(port_root, path, line)
+    up_text = _normalized(upstream_root, up_path)
+    if len(stmt) < 12 or up_text is None or stmt not in up_text[0]:
+        return None
+    return up_text[1][up_text[0].index(stmt)]
+
+
+def label_inherited(findings: Sequence[Finding], counterparts: Counterparts | None) -> list[Finding]:
+    if counterparts is None:
+        return list(findings)
+    out = []
+    for f in findings:
+        if _STATEMENT_RULE.match(f.rule):
+            why = counterparts.inherited(f.location.path, f.location.line)
+        elif f.category in _FLOW_CATEGORIES:  # a flow's finding stands at the call where the convention breaks
+            why = counterparts.inherited(f.location.path, f.location.line, "the call where it breaks is also present there")
+        else:
+            why = ""
+        out.append(replace(f, evidence=(*f.evidence, why)) if why and why not in f.evidence else f)
+    return out
+
+
+def _statement_text(root: Path, path: str, line: int) -> str:
+    """The whitespace-normalized source of the innermost statement holding `line`."""
+    src = read_source_cached((root / path).parent, Path(path).name, 5_000_000)
+    if src.tree is None or src.text is None:
+        return ""
+    holding = [span for span in _simple_statements(src.tree) if span[0] <= line <= span[1]]
+    best = max(holding, key=lambda span: span[0], default=None)
+    if best is None:
+        return ""
+    lines = src.text.splitlines()[best[0] - 1 : best[1]]
+    return " ".join(" ".join(lines).split())
+
+
+@functools.lru_cache(maxsize=64)
+def _simple_statements(tree: ast.Module) -> tuple[tuple[int, int], ...]:
+    """(first, last) line of every non-compound statement, in ast.walk order: one walk per parsed file
+    (the parse is shared and never mutated), not one per finding."""
+    compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
+    return tuple((n.lineno, n.end_lineno or n.lineno) for n in walk_nodes(tree)
+                 if isinstance(n, ast.stmt) and not isinstance(n, compound))
+
+
+def _normalized(root: Path, path: str) -> tuple[str, list[int]] | None:
+    """The file's text with whitespace runs collapsed, and the source line of every character (the
+    text read_source_cached gives, without parsing the upstream file for it)."""
+    full = root / path
+    try:
+        if full.stat().st_size > 5_000_000:
+            return None
+        text = cached_text(full)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _collapsed(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _collapsed(source: str) -> tuple[str, list[int]]:
+    """_normalized of one text, once per text (every finding in a file asks it again)."""
+    chars: list[str] = []
+    lines: list[int] = []
+    for n, text in enumerate(source.splitlines(), 1):
+        for word in text.split():
+            if chars:
+                chars.append(" ")
+                lines.append(n)
+            chars.append(word)
+            lines.extend([n] * len(word))
+    return "".join(chars), lines
