@@ -137,12 +137,11 @@ def test_one_finding_per_attribute_lists_every_read(tmp_path: Path) -> None:
 
 def test_binding_checks_keep_each_files_reads_in_their_own_memo(tmp_path: Path) -> None:
     """_run asserts equality with the memo cold and warm; here: what the warm run read back."""
-    import pickle
-
-    from metax_audit.cache.resultcache import results_dir
+    from metax_audit.cache.resultcache import STORE, results_dir
+    from metax_audit.cache.store import Key, Kind
 
     _run(tmp_path, ATTRIBUTE_CASES[2].source)
-    units = {u[0] for f in (results_dir() / "binding-file").glob("*.pickle") for u in pickle.loads(f.read_bytes())}
+    units = {u[0] for f in (results_dir() / "binding-file").glob("*.entry") for u in STORE.get(Key(Kind.BINDING_FILE, f.stem))}
     assert units == {"import-sites", "type-checking-uses", "method-reads", "assigned", "stored-names", "class-facts",
                      "attribute-loads"}
     assert not (results_dir() / "checks-file").exists()  # the parent's records are another kind

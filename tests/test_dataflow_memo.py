@@ -28,7 +28,7 @@ def _follow(root: Path, memo: bool) -> DataflowFacts:
 
 
 def _units(cache: Path) -> int:
-    return len(list((cache / "results" / "dataflow-unit").glob("*.pickle")))
+    return len(list((cache / "results" / "dataflow-unit").glob("*.entry")))
 
 
 def test_served_walks_equal_fresh_ones(tmp_path: Path, audit_cache: Path) -> None:

@@ -39,7 +39,7 @@ def test_identical_review_is_served_from_the_cache(demo_repo: Path, audit_cache:
     assert [(f.id, f.content, f.location) for f in again.findings] == [(f.id, f.content, f.location) for f in first.findings]
     assert again.snapshot.root != first.snapshot.root
     assert str(first.snapshot.root) not in repr(again)  # the earlier temp export never leaks
-    assert list((audit_cache / "results" / "review").glob("*.pickle"))
+    assert list((audit_cache / "results" / "review").glob("*.entry"))
     fresh = _review(demo_repo, no_cache=True)
     assert not _served(fresh) and [f.id for f in fresh.findings] == [f.id for f in first.findings]
 

@@ -24,19 +24,18 @@ import functools
 import hashlib
 import json
 import os
-import pickle
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from metax_audit.cache.store import SUFFIX, Key, Kind, Store
 from metax_audit.core.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
 
-CACHE_SCHEMA = "metax-audit/result-cache/v1"
+CACHE_SCHEMA = "metax-audit/result-cache/v2"  # v2: checksummed data entries (cache/store.py), v1 pickles never read
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -113,16 +112,18 @@ def key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps([CACHE_SCHEMA, tool_identity(), *parts], sort_keys=True, default=str).encode()).hexdigest()[:40]
 
 
+def _store() -> Store:
+    from metax_audit.cache.records import registry
+
+    return Store(results_dir, tool_identity, registry)
+
+
+STORE = _store()
+
+
 def load(kind: str, entry: str) -> Any | None:
-    path = results_dir() / kind / f"{entry}.pickle"
-    try:
-        with open(path, "rb") as fh:
-            value = pickle.load(fh)  # our own cache under the user's cache dir, written by store() below
-            with contextlib.suppress(OSError):
-                os.utime(fh.fileno())  # used now: trim() removes the least recently used entries first
-            return value
-    except (OSError, pickle.PickleError, EOFError, AttributeError, ImportError, TypeError, ValueError):
-        return None
+    """The value kept under `entry` of `kind`, None when there is none or it was rejected (cache/store.py)."""
+    return STORE.get(Key(Kind(kind), entry))
 
 
 # ---------------------------------------------------------------- units kept with what they read
@@ -146,8 +147,19 @@ def keep_unit(kind: str, entry: str, root: str, reads: dict[tuple[str, str], Any
     """Store `value` with the state of what it read, ahead of up to UNIT_KEEP - 1 entries of other states;
     the snapshot root is kept only when the value names it (then it is rebased when served)."""
     kept = [e for e in entries if e[1] != reads][: UNIT_KEEP - 1]
-    names_root = root.encode() in pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    names_root = names(value, root)
     store(kind, entry, [(root if names_root else None, reads, value), *kept])
+
+
+def names(value: Any, text: str) -> bool:
+    """Whether `text` (a snapshot root) occurs in `value` as the cache keeps it."""
+    from metax_audit.cache.codec import CodecError
+    from metax_audit.cache.records import registry
+
+    try:
+        return json.dumps(text)[1:-1].encode("ascii") in registry().dumps(value)
+    except CodecError:
+        return True  # it is not kept anyway
 
 
 def content_state(path: Path) -> str | None:
@@ -231,7 +243,8 @@ def trim(limit_bytes: int | None = None, every_s: float = TRIM_EVERY_S) -> int:
             if not kind.is_dir(follow_symlinks=False):
                 continue
             for e in os.scandir(kind.path):
-                if e.name.endswith(".pickle") and e.is_file(follow_symlinks=False):
+                # .pickle: entries of v1, never read again, removed first (their mtime is older)
+                if e.name.endswith((SUFFIX, ".pickle")) and e.is_file(follow_symlinks=False):
                     st = e.stat(follow_symlinks=False)
                     entries.append((st.st_mtime, st.st_size, e.path))
     with contextlib.suppress(OSError):
@@ -251,18 +264,8 @@ def trim(limit_bytes: int | None = None, every_s: float = TRIM_EVERY_S) -> int:
 
 
 def store(kind: str, entry: str, value: Any) -> None:
-    """Write atomically (a temp file renamed into place); failure to write is not an error."""
-    folder = results_dir() / kind
-    with contextlib.suppress(OSError, pickle.PickleError, TypeError, AttributeError):
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, folder / f"{entry}.pickle")
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    """Keep `value` (atomically, as checksummed data); failure to write is not an error."""
+    STORE.put(Key(Kind(kind), entry), value)
 
 
 def options_identity(paths: Sequence[str], config_file: Path | None, static_roots: Sequence[Path],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -109,12 +110,14 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
 
 
 def _review(options: ReviewOptions, progress: Progress | None, generate_waivers: bool) -> ReviewResult:
+    from metax_audit.cache.store import rejected_since, rejection_counts
     from metax_audit.core.pysource import frozen_heap, relaxed_gc
     from metax_audit.pipeline import baseline as baseline_mod
     from metax_audit.pipeline import review_cache
 
     progress = progress or QuietProgress()
     started = time.perf_counter()
+    bad_before = rejection_counts()
     try:
         result = _review_one(options, progress, generate_waivers)
         rev = baseline_mod.baseline_rev(options, result.report.snapshot)
@@ -135,6 +138,10 @@ def _review(options: ReviewOptions, progress: Progress | None, generate_waivers:
                                                                            round(time.perf_counter() - begun, 3), note)),
                              wall_seconds=round(time.perf_counter() - started, 2))
             result = replace(result, report=report)
+        bad = rejected_since(bad_before)
+        if bad:  # a bad entry is never trusted: its result was computed again (cache/store.py)
+            report = result.report
+            result = replace(result, report=replace(report, stages=(*report.stages, StageRecord("cache", True, 0.0, bad))))
     finally:
         progress.done()
     if not options.no_cache:
@@ -229,6 +236,27 @@ class _Stages:
     progress: Progress
 
 
+class _CountedFork(Forked[T]):
+    """A forked stage whose child's rejected cache entries count in this review's stage note."""
+
+    def __init__(self, fn: Callable[[], T], nice: int = 5) -> None:
+        def counted() -> tuple[T, int, int]:
+            from metax_audit.cache.store import rejected
+
+            before = rejected()
+            return fn(), rejected() - before, os.getpid()
+
+        super().__init__(counted, nice=nice)  # type: ignore[arg-type]
+
+    def result(self) -> T:
+        from metax_audit.cache.store import add_rejected
+
+        got: tuple[T, int, int] = super().result()  # type: ignore[assignment]
+        if got[2] != os.getpid():  # computed here (no fork), it counted here already
+            add_rejected(got[1])
+        return got[0]
+
+
 class _Background:
     """The one owner of the review's concurrency: the introspection worker prestarted before the
     snapshot's stages, a forked child on the other core for a pure stage, and a thread that waits
@@ -240,7 +268,7 @@ class _Background:
         self.prestarted = prestarted
 
     def fork(self, fn: Callable[[], T], nice: int = 5) -> Forked[T]:
-        child = Forked(fn, nice=nice)
+        child = _CountedFork(fn, nice=nice)
         self._run.closers.append(child.close)
         return child
 

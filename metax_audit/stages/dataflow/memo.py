@@ -11,7 +11,6 @@ the tool's identity (resultcache.key). A cache that cannot be read or written on
 from __future__ import annotations
 
 import hashlib
-import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +47,7 @@ class DataflowMemo:
     def __init__(self, an: Searches, common: list[str] | None) -> None:
         self.an = an
         self.use_cache = common is not None
-        self.common = [*(common or []), an.port, hashlib.sha256(pickle.dumps(an.contracts)).hexdigest()] \
-            if self.use_cache else []
+        self.common = [*(common or []), an.port, _digest(an.contracts)] if self.use_cache else []
         self._digests: dict[str, str | None] = {}
         self.served = 0
 
@@ -87,3 +85,10 @@ class DataflowMemo:
         if kind == "method":
             return [f.dotted for f in self.an.implementations(name)]
         return self.an.global_ctor(name)
+
+
+def _digest(value: Any) -> str:
+    """sha256 of a value as the cache keeps it (the contracts: frozen records)."""
+    from metax_audit.cache.records import registry
+
+    return hashlib.sha256(registry().dumps(value)).hexdigest()
