@@ -96,10 +96,10 @@ def trees(tmp_path: Path, audit_cache: Path) -> tuple[Path, Path, Path]:
 
 def _compare(port: Path, up: Path, base: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, set[str]]:
     """The cached comparison, the one computed without any kept result, and the functions compared anew."""
-    from metax_audit.cache.resultcache import cached_compare
     from metax_audit.core.config import load_config
     from metax_audit.stages import discover
     from metax_audit.stages.compare import compare, structure
+    from metax_audit.stages.compare.per_file import cached_compare
     from metax_audit.stages.upstream import resolve_upstream
 
     upstream, release = resolve_upstream(str(up)), resolve_upstream(str(base))

@@ -171,23 +171,24 @@ def test_probe_arguments_order_and_dict_view():
 def test_project_contracts_are_kept_under_the_files_bytes(tmp_path: Path, audit_cache: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import metax_audit.core.contracts as contracts_mod
+    from metax_audit.pipeline.review import kept_project_contracts
 
     doc = tmp_path / "component-contracts.md"
     doc.write_text(DOC, encoding="utf-8")
     monkeypatch.setattr(contracts_mod, "default_contracts_path", lambda: doc)
     fresh = contracts_to_dict(contracts_mod.project_contracts())
-    first = contracts_mod.project_contracts(use_cache=True)  # parsed and kept
+    first = kept_project_contracts()  # parsed and kept
     assert contracts_to_dict(first) == fresh
     # the dataflow memo keys on the contracts as the cache keeps them: a served copy encodes to the same bytes
     from metax_audit.cache.records import registry
 
-    assert registry().dumps(contracts_mod.project_contracts(use_cache=True)) == registry().dumps(first)
+    assert registry().dumps(kept_project_contracts()) == registry().dumps(first)
     parsed: list[str] = []
     real_parse = contracts_mod.parse_contracts
     monkeypatch.setattr(contracts_mod, "parse_contracts", lambda text, path: parsed.append(path) or real_parse(text, path))
-    assert contracts_to_dict(contracts_mod.project_contracts(use_cache=True)) == fresh and parsed == []  # unchanged: not parsed
+    assert contracts_to_dict(kept_project_contracts()) == fresh and parsed == []  # unchanged: not parsed
     doc.write_text(DOC.replace("LSE is base 2", "LSE is base e"), encoding="utf-8")
-    edited = contracts_to_dict(contracts_mod.project_contracts(use_cache=True))
+    edited = contracts_to_dict(kept_project_contracts())
     assert parsed == ["component-contracts.md"] and edited != fresh
     assert edited["observations"][0]["claim"] == "LSE is base e"
     assert contracts_to_dict(contracts_mod.project_contracts()) == edited and parsed == ["component-contracts.md"] * 2

@@ -175,7 +175,7 @@ def test_abstract_check_skips_classes_with_a_mixin_from_elsewhere(trees: tuple[P
 
 
 def test_per_file_compare_cache_follows_the_ports_intermediate_class(trees: tuple[Path, Path]) -> None:
-    from metax_audit.cache.resultcache import cached_compare
+    from metax_audit.stages.compare.per_file import cached_compare
 
     port, up = trees
     (port / "vllm_npu/attention/base_b.py").write_text(

@@ -285,3 +285,14 @@ def test_the_port_read_in_process_equals_the_workers(tmp_path: Path, monkeypatch
     monkeypatch.setattr(stage, "_run_worker", lambda *a, **k: pytest.fail("a worker was started"))
     cached = introspect(PORT_TARGETS, python=sys.executable, static_roots=roots, never_import=["portpkg"], cache=True)
     assert cached.facts == worker.facts
+
+
+def test_the_fence_variable_is_one_name_on_both_sides() -> None:
+    """The worker's fence is standalone (run by path), so subproc and the introspect stage name its
+    variable themselves: the three must be the same name, or a fenced worker would fence nothing."""
+    from metax_audit.core import subproc
+    from metax_audit.stages.introspect import process
+    from metax_audit.stages.introspect_worker import fence
+
+    assert subproc.FENCE_ENV == process.FENCE_ENV == fence.FENCE_ENV
+    assert subproc.fenced(["vllm_metax"])[1] == {fence.FENCE_ENV: '["vllm_metax"]'}

@@ -64,10 +64,10 @@ def test_a_changed_file_or_upstream_is_recomputed(demo_repo: Path, tmp_path: Pat
 def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_file(demo_repo: Path,
                                                                                    audit_cache: Path) -> None:
     from metax_audit import demo as demo_mod
-    from metax_audit.cache.resultcache import cached_compare
     from metax_audit.core.config import load_config
     from metax_audit.stages import discover, snapshot
     from metax_audit.stages.compare import compare
+    from metax_audit.stages.compare.per_file import cached_compare
     from metax_audit.stages.upstream import resolve_upstream
 
     up = resolve_upstream(str(demo_mod.upstream_root()))
@@ -112,11 +112,11 @@ def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Pa
     assert all(third[p] != second[p] for p in paths[:3]) and third["vllm_metax/helper.py"] == first["vllm_metax/helper.py"]
     # cached_compare keeps what it reads of each file (the functions it defines, the port modules it imports,
     # the imports its key reads) under its bytes: the same digests, a new function or import seen at once
-    from metax_audit.cache import resultcache
+    from metax_audit.stages.compare import per_file
 
     def kept() -> dict[str, str]:
         return compare_dependencies(tmp_path, AuditConfig(), paths,
-                                    lambda path: resultcache._file_facts(tmp_path, AuditConfig(), {}, path)[:2])
+                                    lambda path: per_file._file_facts(tmp_path, AuditConfig(), {}, path)[:2])
 
     assert kept() == third
     assert kept() == third  # now from the cache

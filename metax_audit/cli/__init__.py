@@ -180,7 +180,7 @@ def review(
     new_only: Annotated[bool, typer.Option("--new-only", help="--fail-on counts only findings new or changed against the baseline (pre-commit, pull requests).")] = False,
 ) -> None:
     """Snapshot the port, trace, introspect, compare and check it, and write the reports."""
-    from metax_audit.pipeline.review import ReviewOptions
+    from metax_audit.core.options import ReviewOptions
 
     if fail_on not in ("error", "warning", "info", "never"):
         raise _fail(f"--fail-on must be error, warning, info or never (got {fail_on!r})")
@@ -345,7 +345,7 @@ def demo(
     """Build the bundled demo port as a git repo with staged changes and review it end to end."""
     from metax_audit import demo as demo_mod
     from metax_audit.core import tempdirs
-    from metax_audit.pipeline.review import ReviewOptions
+    from metax_audit.core.options import ReviewOptions
 
     with _Guard():
         holder = tempdirs.make("demo") if keep is None else keep

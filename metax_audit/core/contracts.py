@@ -538,30 +538,11 @@ def default_contracts_path() -> Path:
     return Path(__file__).parent / "component-contracts.md"
 
 
-def project_contracts(*, use_cache: bool = False) -> Contracts | None:
-    """component-contracts.md as shipped with metax-audit, parsed once per review. With `use_cache`
-    the parsed contracts are kept in the result cache under the file's bytes (importing yaml and
-    parsing the 35 blocks was 0.05 s of every review)."""
+def project_contracts() -> Contracts | None:
+    """component-contracts.md as shipped with metax-audit, parsed (the review keeps the parsed
+    contracts in the result cache: pipeline/review.py kept_project_contracts)."""
     path = default_contracts_path()
-    if not path.is_file():
-        return None
-    if not use_cache:
-        return load_contracts(path)
-    import hashlib
-
-    from metax_audit.cache import resultcache
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return load_contracts(path)  # says why in its own words
-    entry = resultcache.key("contracts", path.name, hashlib.sha256(text.encode()).hexdigest())
-    kept = resultcache.load("contracts", entry)
-    if isinstance(kept, Contracts):
-        return kept
-    parsed = parse_contracts(text, path.name)
-    resultcache.store("contracts", entry, parsed)
-    return parsed
+    return load_contracts(path) if path.is_file() else None
 
 
 def probe_suggester(contracts: Contracts | None) -> Callable[[str], str | None] | None:

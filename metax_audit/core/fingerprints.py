@@ -17,10 +17,28 @@ import functools
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from metax_audit.core.models import Finding
+
+class _Placed(Protocol):
+    @property
+    def line(self) -> int: ...
+
+
+class _Identified(Protocol):
+    """What disambiguate reads of a finding (models.Finding; models imports this module, not the reverse)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def location(self) -> _Placed: ...
+
+
+_F = TypeVar("_F", bound=_Identified)
 
 # "line 1019", "lines 12-20", "(line 3)" -> "line N"; "a/b.py:304" -> "a/b.py"
 _LINE_WORD = re.compile(r"\blines? \d+(?:\s*[-\u2013]\s*\d+)?")
@@ -61,7 +79,7 @@ def content_hash(message: str, evidence: Iterable[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def disambiguate(findings: Sequence[Finding]) -> list[Finding]:
+def disambiguate(findings: Sequence[_F]) -> list[_F]:
     """Give the second and later findings sharing a fingerprint the suffix -2, -3, ... in the order
     of their place in the file (the order unrelated insertions above them keep)."""
     from dataclasses import replace

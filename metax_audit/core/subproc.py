@@ -123,6 +123,10 @@ def start(args: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str
 # PYTHONSAFEPATH (3.11+). run_python's cwd is an empty private directory, so the entry that an older
 # interpreter still adds names nothing the user wrote.
 PYTHON_ENV = {"PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+# The variable naming the packages a fenced worker refuses (a JSON list); the same name as
+# introspect_worker.fence.FENCE_ENV, which is standalone (run by path in the target interpreter) and so
+# cannot import it from here (tests/test_introspect_worker.py holds the two equal).
+FENCE_ENV = "METAX_AUDIT_NEVER_IMPORT"
 
 
 def fenced(never_import: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:
@@ -133,8 +137,6 @@ def fenced(never_import: Sequence[str] | None) -> tuple[list[str], dict[str, str
     if never_import is None:
         return [], {}
     import json
-
-    from metax_audit.stages.introspect_worker.fence import FENCE_ENV
 
     return ["-S"], {FENCE_ENV: json.dumps(sorted(set(never_import)))}
 

@@ -19,7 +19,7 @@ from metax_audit.core.errors import SnapshotError
 from metax_audit.core.models import AuditReport, BaselineState, Finding, SnapshotInfo
 
 if TYPE_CHECKING:
-    from metax_audit.pipeline.review import ReviewOptions
+    from metax_audit.core.options import ReviewOptions
 
 
 def baseline_rev(options: ReviewOptions, snap: SnapshotInfo) -> str | None:

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
     from metax_audit.core.forked import Forked
     from metax_audit.core.models import Comparison, Discovery, Finding, UpstreamInfo
+    from metax_audit.stages.compare.per_file import CompareWork
 
-_CompareResult = tuple["Comparison", list["Finding"], "resultcache.CompareWork"]
+_CompareResult = tuple["Comparison", list["Finding"], "CompareWork"]
 
 
 # ---------------------------------------------------------------- revision memo
@@ -189,7 +190,7 @@ def same_files(a: Discovery, b: Discovery) -> bool:
 
 
 def _compare_view(discovery: Discovery) -> tuple[object, ...]:
-    """What of a discovery the compare stage reads (compare/stage.py and resultcache.cached_compare:
+    """What of a discovery the compare stage reads (compare/stage.py and compare/per_file.cached_compare:
     the snapshot root, each file's path, module, reason and parse problem, the registrations), so
     two discoveries equal here compare the same; a file's line count (SourceFile.lines, for the
     report's coverage) is not read there, and a one-file edit changes it."""
@@ -213,7 +214,9 @@ def start_compare_early(fork: Callable[[Callable[[], _CompareResult]], Forked[_C
     predicted = resultcache.rebase(kept[1], kept[0], str(root))
 
     def work() -> _CompareResult:
-        return resultcache.cached_compare(predicted, config, upstream, base, use_cache=True)
+        from metax_audit.stages.compare.per_file import cached_compare
+
+        return cached_compare(predicted, config, upstream, base, use_cache=True)
 
     ahead = CompareAhead(predicted, fork(work), remember, (upstream, base))
     ahead.early = True
@@ -245,6 +248,8 @@ def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_Compare
         early.close()
 
     def work() -> _CompareResult:
-        return resultcache.cached_compare(predicted, config, upstream, base, use_cache=True)
+        from metax_audit.stages.compare.per_file import cached_compare
+
+        return cached_compare(predicted, config, upstream, base, use_cache=True)
 
     return CompareAhead(predicted, fork(work), remember, (upstream, base))

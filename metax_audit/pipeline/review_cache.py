@@ -16,7 +16,7 @@ from metax_audit.core.progress import Progress
 from metax_audit.stages.upstream import Commit
 
 if TYPE_CHECKING:
-    from metax_audit.pipeline.review import ReviewOptions
+    from metax_audit.core.options import ReviewOptions
 
 
 def cacheable(options: ReviewOptions) -> bool:

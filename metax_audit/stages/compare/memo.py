@@ -5,7 +5,7 @@ function or method. It is a pure function of
 
 - the port function's text (its lines, decorators included) and its name: the unit key;
 - the upstream and base files, the counterpart mapping (paths, class renames), the release versions,
-  the tool and the config: the key of the file's store (compare/stage.py, resultcache.cached_compare);
+  the tool and the config: the key of the file's store (compare/stage.py, compare/per_file.cached_compare);
 - what it reads of the rest of the port, each read logged with its answer while the unit is computed:
   the declaration of a changed span (comments and Metax Modification blocks, which can sit outside
   the function), whether the port ever calls the function (every reference in the port package), the

@@ -213,7 +213,7 @@ _ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 class KeptStore:
     """Where parts of the files' comparisons are kept: load(parts) -> what is kept under parts or None,
     store(parts, value) (the result cache's, keyed with the tool, the config, the scope and the releases:
-    resultcache.cached_compare); and how many functions were served from it or compared."""
+    compare/per_file.cached_compare); and how many functions were served from it or compared."""
 
     load: Callable[[tuple[object, ...]], Any]
     store: Callable[[tuple[object, ...], object], None]

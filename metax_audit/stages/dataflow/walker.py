@@ -6,9 +6,9 @@ import ast
 import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from metax_audit.core.contracts import Convention
+from metax_audit.core.contracts import Contracts, Convention
 from metax_audit.core.models import Location
 from metax_audit.core.pysource import TOO_DEEP_NAME
 from metax_audit.stages.dataflow.facts import FlowEnd, FlowStep
@@ -30,8 +30,34 @@ from metax_audit.stages.dataflow.values import (
     source_text,
 )
 
-if TYPE_CHECKING:
-    from metax_audit.stages.dataflow.analysis import Analysis
+
+class _Recording(Protocol):
+    """What a walk records into (analysis.Recorder)."""
+
+    @property
+    def untraced(self) -> set[tuple[str, int, str]]: ...
+    def add_unresolved(self, loc: Location, text: str, reason: str) -> None: ...
+    def add_too_deep(self, loc: Location, text: str) -> None: ...
+
+
+class WalkContext(Protocol):
+    """What a Walker asks of the analysis that runs it (analysis.Analysis, which creates the walkers:
+    described here so that this module does not import it back)."""
+
+    @property
+    def contracts(self) -> Contracts: ...
+    @property
+    def res(self) -> _Recording: ...
+    def match(self, cands: Sequence[Fn]) -> tuple[Convention | None, Fn | None]: ...
+    def helpers_for(self, w: Walker, cands: Sequence[Fn]
+                    ) -> list[tuple[PortModule, ast.FunctionDef | ast.AsyncFunctionDef, str | None]]: ...
+    def record_scales(self, w: Walker, call: ast.Call, conv: Convention, cand: Fn) -> None: ...
+    def implementations(self, method: str) -> list[Fn]: ...
+    def global_ctor(self, name: str) -> str | None: ...
+    def record_unpacking(self, w: Walker, call: ast.Call, conv: Convention, cand: Fn, stmt: ast.stmt,
+                         text: str | None) -> None: ...
+    def add_flow(self, w: Walker, call: ast.Call, conv: Convention, cand: Fn, pname: str, arg: ast.expr,
+                 val: Val, base: str, flag_note: str) -> None: ...
 
 # Expressions nest deeper than this only in generated code (a 500-term `'a' + 'a' + ...`); the
 # statement holding one is recorded as not analysed instead of exhausting Python's stack.
@@ -45,7 +71,7 @@ class ExpressionTooDeep(Exception):
 class Walker:
     def __init__(
         self,
-        ctx: Analysis,
+        ctx: WalkContext,
         mod: PortModule,
         fn: ast.FunctionDef | ast.AsyncFunctionDef,
         cls: str | None,

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from metax_audit.core.models import CallArg, CallOrigin, CallSite, Location, Unresolved
 from metax_audit.stages.trace.modules import ModuleInfo
 from metax_audit.stages.trace.resolve import Resolver
-from metax_audit.stages.trace.scopes import Scope, decorators
 from metax_audit.stages.trace.values import (
     Cls,
     Ext,
@@ -19,11 +18,13 @@ from metax_audit.stages.trace.values import (
     Inst,
     Layer,
     Partial,
+    Scope,
     Super,
     Unknown,
     UnknownKind,
     Val,
     Vals,
+    decorators,
     first_unknown,
     known,
 )

@@ -23,9 +23,8 @@ from metax_audit.stages.trace.calls import Budget, Classifier, Collected, Walker
 from metax_audit.stages.trace.memo import MemoCount, TraceMemo, UnitResult
 from metax_audit.stages.trace.modules import ModuleIndex, Skip
 from metax_audit.stages.trace.resolve import Resolver
-from metax_audit.stages.trace.scopes import Scope
 from metax_audit.stages.trace.symbols import SymbolTable
-from metax_audit.stages.trace.values import Cls, Ext, Func, Inst, Layer, Partial, Val, known
+from metax_audit.stages.trace.values import Cls, Ext, Func, Inst, Layer, Partial, Scope, Val, known
 
 BACKEND_KINDS = frozenset({"attention-backend", "mla-prefill"})
 KERNEL_PACKAGES = frozenset({"flashinfer", "flash_attn", "flash_mla", "triton"})

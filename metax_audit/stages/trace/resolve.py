@@ -8,7 +8,6 @@ import sys
 from dataclasses import replace
 
 from metax_audit.stages.trace.modules import ModuleIndex, ModuleInfo
-from metax_audit.stages.trace.scopes import Scope, _walk_body, decorators
 from metax_audit.stages.trace.values import (
     Cls,
     Ext,
@@ -17,12 +16,15 @@ from metax_audit.stages.trace.values import (
     Layer,
     Mod,
     Partial,
+    Scope,
     Super,
     Unknown,
     UnknownKind,
     Val,
     Vals,
     _result_of,
+    _walk_body,
+    decorators,
     first_unknown,
     force_via,
     known,

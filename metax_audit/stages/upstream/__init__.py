@@ -22,7 +22,7 @@ from metax_audit.core.models import UpstreamInfo
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
-    from metax_audit.pipeline.review import ReviewOptions
+    from metax_audit.core.options import ReviewOptions
 
 # Written last, after every file is in place: a cache entry without it is an interrupted
 # extraction and is redone rather than trusted.

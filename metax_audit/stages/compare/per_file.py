@@ -1,0 +1,146 @@
+# The compare stage over a discovery with each file's result kept in the result cache: a one-file
+# change compares one file, and of it the functions whose text or reads changed. Moved from
+# cache/resultcache.py, which keeps the store and its keys: the cache layer imports no stage, and
+# compare's private names are read inside compare.
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from metax_audit.cache.resultcache import file_digest, key, load, store, upstream_identity
+from metax_audit.core.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
+
+if TYPE_CHECKING:
+    from metax_audit.core.config import AuditConfig
+
+
+def _port_imports(root: Path, rel: str, candidates: list[str], digests: dict[str, str]) -> list[list[str]]:
+    """Digests of the port modules a file imports: a class that takes an upstream class's role through
+    the port's own base class elsewhere is compared with what that base defines (compare by role).
+    `candidates`: _import_candidates of the file's text."""
+    from metax_audit.core.pysource import find_module
+
+    out = {found for mod in candidates if (found := find_module(root, mod)) and found != rel}
+    for p in out:
+        digests[p] = digests.get(p) or file_digest(root / p)
+    return [[p, digests[p]] for p in sorted(out)]
+
+
+def _import_candidates(rel: str, text: str, package: str) -> list[str]:
+    """The dotted names a file's imports could bind from the port package (a module, or a name in one)."""
+    from metax_audit.core.pysource import module_name, resolve_relative, scan_imports
+
+    out: set[str] = set()
+    for stmt in scan_imports(text):
+        base = resolve_relative(module_name(rel), rel.endswith("__init__.py"), stmt.level, stmt.module)
+        for mod in (base, *(f"{base}.{n}" for n in stmt.names)) if stmt.module or stmt.level else stmt.names:
+            if mod == package or mod.startswith(package + "."):
+                out.add(mod)
+    return sorted(out)
+
+
+def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: str) -> tuple[list[str], list[str], list[str]]:
+    """What the per-file compare keys read of a port file, kept under its bytes (parsing and scanning every
+    port file was most of their cost, in the compare child on a staged review's critical path):
+    compare.file_facts (the functions it defines, the port modules it imports names from) and the
+    _import_candidates of its text. `digests` keeps each file's digest for the review's other keys."""
+    import sys
+
+    from metax_audit.core.pysource import read_source_cached
+    from metax_audit.stages.compare import file_facts
+
+    digest = digests[path] = digests.get(path) or file_digest(root / path)
+    entry = key("compare-facts", path, digest, config.max_file_bytes, config.port_package, sys.version_info[:2])
+    kept = load("compare-facts", entry)
+    if isinstance(kept, tuple) and len(kept) == 3:
+        return kept
+    src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
+    try:
+        text = (root / path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        candidates = []
+    else:
+        candidates = _import_candidates(path, text, config.port_package)
+    facts = (*file_facts(src.tree, config.port_package), candidates)
+    store("compare-facts", entry, facts)
+    return facts
+
+
+class CompareWork(NamedTuple):
+    """What cached_compare computed now: files compared, and their functions served from the kept
+    member units or compared (compare/memo.py)."""
+
+    files: int
+    functions_reused: int = 0
+    functions_compared: int = 0
+
+
+def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
+                   use_cache: bool = True) -> tuple[Comparison, list[Finding], CompareWork]:
+    """compare.compare, with each file's result kept under a key of its bytes, its registrations,
+    the scope, the config, the upstream and base releases and the tool: a one-file change compares
+    one file, and of it the functions whose text or reads changed. Returns the comparison, its findings
+    and what was compared now."""
+    from metax_audit.stages.compare import compare, compare_dependencies, module_of
+    from metax_audit.stages.compare.side import _PortRefs
+    from metax_audit.stages.compare.stage import KeptStore
+
+    scope = frozenset(module_of(f.path) for f in discovery.files)
+    # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
+    common = key("compare-common", sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base))
+    regs: dict[str, list[str]] = {}
+    for r in discovery.registrations:
+        for path in {r.location.path, r.resolved_path or ""}:
+            regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
+    # A file's comparison also reads the platform file and where other port files name its functions.
+    refs = _PortRefs(discovery.root, config.port_package)
+    digests: dict[str, str] = {}
+    facts = {f.path: _file_facts(discovery.root, config, digests, f.path) for f in discovery.files} if use_cache else {}
+    deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if use_cache else {}
+    keys = {f.path: key("compare-file", f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
+                        deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
+            for f in discovery.files} if use_cache else {}
+    hits: dict[str, Any] = {}
+    for path, entry in keys.items():
+        value = load("compare", entry)
+        if isinstance(value, tuple) and len(value) == 3:
+            hits[path] = value
+    missing = tuple(f for f in discovery.files if f.path not in hits)
+    fresh: dict[str, tuple[list[FileComparison], list[Difference], list[Finding]]] = {}
+    comparison = None
+    kept: KeptStore | None = None
+    if missing or not discovery.files:
+        from dataclasses import replace
+
+        kept = KeptStore(lambda parts: load("compare-parts", key("compare-parts", common, parts)),
+                         lambda parts, value: store("compare-parts", key("compare-parts", common, parts), value)) if use_cache else None
+        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
+        paths = {f.path for f in missing}
+        if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
+                or any(x.location.path not in paths for x in found):
+            # a result not tied to one file cannot be kept per file: compare everything, keep nothing
+            comparison, found = compare(discovery, config, upstream, base)
+            return comparison, found, CompareWork(len(discovery.files))
+        # grouped in one pass (every path is one of `missing`, checked above): a scan of all results
+        # per file was quadratic, 5 s of a 2,000-file review
+        fresh = {f.path: ([], [], []) for f in missing}
+        for c in comparison.files:
+            fresh[c.path][0].append(c)
+        for d in comparison.drift:
+            fresh[d.path][1].append(d)
+        for x in found:
+            fresh[x.location.path][2].append(x)
+        if use_cache:
+            for path, value in fresh.items():
+                store("compare", keys[path], value)
+    files: list[FileComparison] = []
+    drift: list[Difference] = []
+    findings: list[Finding] = []
+    for f in discovery.files:
+        part = hits.get(f.path) or fresh[f.path]
+        files += part[0]
+        drift += part[1]
+        findings += part[2]
+    unique = list({x.site: x for x in findings}.values())
+    work = CompareWork(len(missing), kept.functions_reused, kept.functions_compared) if kept is not None else CompareWork(len(missing))
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, work
