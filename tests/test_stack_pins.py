@@ -12,15 +12,8 @@ from conftest import write_tree
 from metax_audit.core import subproc
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.models import Severity
-from metax_audit.stages.introspect import stack_pins
-from metax_audit.stages.introspect.stack_pins import (
-    UNAVAILABLE,
-    bind,
-    binding_findings,
-    extract_sources,
-    public_base,
-    read_pins,
-)
+from metax_audit.stages.introspect import pkgindex, stack_pins
+from metax_audit.stages.introspect.stack_pins import bind, binding_findings, extract_sources, public_base, read_pins
 from metax_audit.stages.upstream import COMPLETE_MARKER
 
 PINS = {
@@ -43,7 +36,7 @@ def _sdist(path: Path, top: str, module: str, files: dict[str, str]) -> Path:
 
 
 def _cache_entry(cache: Path, public: str, module: str) -> Path:
-    entry = cache / "stack-sources" / public.replace("==", "-")
+    entry = cache / stack_pins.PUBLIC_BASE_DIR / public.replace("==", "-")
     write_tree(entry, {f"{module}/__init__.py": "def run(q, k, v, *, scale=1.0): ...\n"})
     (entry / COMPLETE_MARKER).write_text(public)
     return entry
@@ -69,7 +62,19 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         raise AssertionError("tests never download")
 
     monkeypatch.setattr(subproc, "run", no_pip)
+    monkeypatch.setattr(pkgindex, "configured_sources", lambda **kw: pkgindex.Sources(()))  # no index at all
     return versions
+
+
+@pytest.fixture
+def links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A find-links folder, and a pip configured with no index (nothing leaves this machine)."""
+    folder = tmp_path / "links"
+    folder.mkdir()
+    monkeypatch.setattr(pkgindex, "pip_settings", lambda python=None: ({":env:.no-index": "1", ":env:.find-links": str(folder)}, ""))
+    monkeypatch.delenv(pkgindex.FIND_LINKS_ENV, raising=False)
+    stack_pins._ANSWERS.clear()
+    return folder
 
 
 @pytest.mark.parametrize(("installed_version", "cached", "bound", "rule"), [
@@ -88,10 +93,6 @@ def test_binding_table(tmp_path: Path, installed: dict[str, str], installed_vers
         installed["flashinfer"] = installed_version
     if cached:
         _cache_entry(tmp_path / "cache", "flashinfer-python==0.2.6", "flashinfer")
-    else:
-        entry = tmp_path / "cache" / "stack-sources" / "flashinfer-python-0.2.6"
-        entry.mkdir(parents=True)
-        (entry / UNAVAILABLE).write_text("pip download flashinfer-python==0.2.6: ERROR: No matching distribution")
     [b] = bind(tmp_path / "repo", CFG, python=None, manifest=False, cache_dir=tmp_path / "cache")
     assert b.bound == bound
     found = binding_findings([b])
@@ -100,7 +101,8 @@ def test_binding_table(tmp_path: Path, installed: dict[str, str], installed_vers
         assert b.stand_in.startswith("public base flashinfer-python==0.2.6 of the pinned vendor build flashinfer==0.2.6+metax")
         assert (b.root / "flashinfer" / "__init__.py").is_file()
     if rule == "MXA161":
-        assert found[0].severity is Severity.WARNING and "cached answer" in found[0].evidence[0]
+        assert found[0].severity is Severity.WARNING and "no index configured" in found[0].evidence[0]
+        assert "--allow-unbound flashinfer" in stack_pins.unbound_line(b) and "--stack FILE" in stack_pins.unbound_line(b)
 
 
 def test_manifest_wins_and_no_pins_bind_nothing(tmp_path: Path, installed: dict[str, str]) -> None:
@@ -109,36 +111,61 @@ def test_manifest_wins_and_no_pins_bind_nothing(tmp_path: Path, installed: dict[
     assert bind(tmp_path / "requirements", CFG, python=None, manifest=False) == []
 
 
-def test_public_base_from_a_local_sdist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sdist = _sdist(tmp_path / "kern-1.0.tar.gz", "kern-1.0", "kern",
+def test_public_base_from_a_find_links_sdist_never_runs_its_setup(tmp_path: Path, links: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # the sdist's setup.py imports torch (as flashinfer's and flash-attn's do): nothing may run it
+    sdist = _sdist(links / "kern-1.0.tar.gz", "kern-1.0", "kern",
                    {"__init__.py": "from .api import run\n", "api.py": "def run(x): ...\n", "data.bin": "x"})
-    calls: list[list[str]] = []
-
-    def fake_pip(args: list[str], **kwargs: object) -> subproc.Completed:
-        calls.append(args)
-        dest = Path(args[args.index("-d") + 1])
-        if "--only-binary=:all:" in args:  # no wheel for this release
-            return subproc.Completed(args, 1, "", "ERROR: No matching distribution found for kern==1.0", False)
-        (dest / sdist.name).write_bytes(sdist.read_bytes())
-        return subproc.Completed(args, 0, "", "", False)
-
-    monkeypatch.setattr(subproc, "run", fake_pip)
+    monkeypatch.setattr(subproc, "run", lambda *a, **k: pytest.fail("finding a public base runs no process"))
     entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")
     assert why == "" and entry is not None
     assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*.py")) == ["kern/__init__.py", "kern/api.py"]
-    assert "--no-build-isolation" in calls[-1]
-    again, _ = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")  # cached: no second download
-    assert again == entry and len(calls) == 2
+    sdist.unlink()  # cached: the next review needs no index
+    again, _ = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")
+    assert again == entry and "sha256" in stack_pins.source_of(entry)
 
 
-def test_missing_release_is_cached_as_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def fake_pip(args: list[str], **kwargs: object) -> subproc.Completed:
-        return subproc.Completed(args, 1, "", "ERROR: No matching distribution found for kern==1.0", False)
+def test_public_base_from_a_simple_index_checks_the_published_hash(tmp_path: Path, links: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # a PEP 503 index as a folder (file://): the file's sha256 in its link is checked before unpacking
+    import hashlib
 
-    monkeypatch.setattr(subproc, "run", fake_pip)
-    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path)
-    assert entry is None and "No matching distribution" in why
-    assert (tmp_path / "stack-sources" / "kern-1.0" / UNAVAILABLE).is_file()
+    index = tmp_path / "simple"
+    files = tmp_path / "files"
+    files.mkdir()
+    sdist = _sdist(files / "kern-1.0.tar.gz", "kern-1.0", "kern", {"__init__.py": "A = 1\n"})
+    good = hashlib.sha256(sdist.read_bytes()).hexdigest()
+
+    def serve(digest: str) -> None:
+        write_tree(index, {"kern/index.html": f'<a href="{sdist.as_uri()}#sha256={digest}">kern-1.0.tar.gz</a>\n'})
+    monkeypatch.setattr(pkgindex, "pip_settings", lambda python=None: ({":env:.index-url": index.as_uri()}, ""))
+    serve("0" * 64)
+    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")
+    assert entry is None and "HashMismatch" in why and index.as_uri() in why
+    stack_pins._ANSWERS.clear()
+    serve(good)
+    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")
+    assert entry is not None and f"sha256 checked against the index {good}" in stack_pins.source_of(entry)
+
+
+def test_a_missing_release_names_every_source_asked_and_is_not_kept(tmp_path: Path, links: Path) -> None:
+    missing = tmp_path / "no-such-index"
+    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")
+    assert entry is None and why == f"kern==1.0 (nor a post-release) is on none of {links}"
+    assert not (tmp_path / "cache" / stack_pins.PUBLIC_BASE_DIR / "kern-1.0").exists()
+    sources = pkgindex.configured_sources(settings={":env:.index-url": missing.as_uri(), ":env:.find-links": str(links)})
+    assert [s.url for s in sources.sources] == [str(links)] and sources.skipped == (f"{missing.as_uri()} (PIP_INDEX_URL) does not exist",)
+
+
+def test_an_unreachable_index_is_said_with_its_error(tmp_path: Path, links: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: the connection is refused at once
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(pkgindex, "pip_settings", lambda python=None: ({":env:.index-url": f"http://127.0.0.1:{port}/simple/"}, ""))
+    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache")
+    assert entry is None and why.startswith(f"could not ask http://127.0.0.1:{port}/simple/: ConnectError")
 
 
 def test_extract_skips_hostile_and_non_python(tmp_path: Path) -> None:
@@ -147,29 +174,33 @@ def test_extract_skips_hostile_and_non_python(tmp_path: Path) -> None:
     assert extract_sources(sdist, "other", tmp_path / "out2") == 0
 
 
-def test_local_archive_post_release_stands_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_archive_post_release_stands_in(tmp_path: Path, links: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the exact release is absent from the local archives; its post-release is the same code line
-    links = tmp_path / "links"
-    links.mkdir()
-    _sdist(links / "kern_python-1.0.post2.tar.gz", "kern_python-1.0.post2", "kern", {"__init__.py": "A = 1\n"})
-    _sdist(links / "kern_python-1.1.tar.gz", "kern_python-1.1", "kern", {"__init__.py": "A = 2\n"})
-    monkeypatch.setenv(stack_pins.FIND_LINKS_ENV, str(links))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _sdist(mine / "kern_python-1.0.post2.tar.gz", "kern_python-1.0.post2", "kern", {"__init__.py": "A = 1\n"})
+    _sdist(mine / "kern_python-1.1.tar.gz", "kern_python-1.1", "kern", {"__init__.py": "A = 2\n"})
+    monkeypatch.setenv(pkgindex.FIND_LINKS_ENV, str(mine))
     monkeypatch.setattr(subproc, "run", lambda *a, **k: pytest.fail("a local archive needs no pip"))
     entry, _ = public_base("kern-python==1.0", "kern", cache_dir=tmp_path / "cache")
     assert entry is not None and (entry / "kern/__init__.py").read_text() == "A = 1\n"
-    assert stack_pins.source_of(entry).startswith("kern_python-1.0.post2.tar.gz (instead of 1.0:")
+    assert stack_pins.source_of(entry).startswith("kern_python-1.0.post2.tar.gz (instead of 1.0")
 
 
-@pytest.mark.parametrize(("stand_in", "severity"), [(None, Severity.ERROR), ("public base kern==1.0 of ...", Severity.WARNING)])
-def test_unknown_keyword_against_a_public_base_stand_in_is_a_warning(tmp_path: Path, stand_in: str | None,
-                                                                     severity: Severity) -> None:
-    # the vendor build may extend the API its public base defines: a manifest captured on it decides
+@pytest.mark.parametrize(("stand_in", "extended", "severity"), [
+    (None, False, Severity.ERROR),  # the installed kernel
+    ("public base kern==1.0 of ...", False, Severity.ERROR),  # the vendor build derives from that release
+    ("public base kern==1.0 of ...", True, Severity.WARNING),  # vendor-extends: its build adds to the public API
+])
+def test_unknown_keyword_against_a_public_base_stand_in(tmp_path: Path, stand_in: str | None, extended: bool,
+                                                        severity: Severity) -> None:
+    # a vendor build known to extend its public base (config vendor-extends) may take what the base lacks
     from metax_audit.core.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
     from metax_audit.stages.checks.signatures import check_signatures
 
     target = "kern.run"
     fact = CallableFact(target, "ok", "static", signature="(q)", params=(ParamFact("q", "POSITIONAL_OR_KEYWORD"),),
-                        stand_in=stand_in)
+                        stand_in=stand_in, stand_in_extended=extended)
     call = CallSite(Location("port/a.py", 3), "f", "run", target, "external",
                     (CallArg(None, 0, "q"), CallArg("s_aux", None, "sinks")))
     [finding] = check_signatures(tmp_path, TraceResult((), (), (call,)), StackFacts("py", "", "", {target: fact}))
@@ -210,15 +241,6 @@ def test_an_unbound_pin_warns_only_when_another_version_was_checked_instead(inst
     pin = StackPin("kern", "1.0+vendor", "kern", Location("requirements/vendor.txt", 3))
     [finding] = binding_findings([StackBinding(pin, "unbound", installed=installed, note="no public base")])
     assert (finding.rule, finding.severity) == ("MXA161", severity)
-
-
-def test_an_unavailable_public_base_reads_the_same_the_first_time_and_from_the_cache(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stack_pins, "_local_archive", lambda name, version: (None, "no local archive"))
-    monkeypatch.setattr(stack_pins, "_download", lambda spec, work, python: (None, f"pip download {spec}: no such release"))
-    first = public_base("flash_mla==1.0.1", "flash_mla", cache_dir=tmp_path)
-    again = public_base("flash_mla==1.0.1", "flash_mla", cache_dir=tmp_path)
-    assert first == again and first[0] is None and "no such release" in first[1]
 
 
 def test_installed_versions_are_asked_once_per_stack_identity(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -59,6 +60,12 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_CANNOT_AUDIT)
 
 
+def visible_line(text: str) -> str:
+    from metax_audit.report.text import visible
+
+    return visible(text)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     _ignore_interrupts()  # the first one unwinds; a second cannot cut the clean-up or the exit short
     raise KeyboardInterrupt
@@ -108,13 +115,19 @@ class _Guard:
             traceback.print_exception(exc, file=sys.stderr)
         if isinstance(exc, KeyboardInterrupt):
             raise typer.Exit(_interrupted("metax-audit: interrupted; the temporary snapshot was removed"))
+        from metax_audit.core.errors import StackBindingError
+
+        if isinstance(exc, StackBindingError):  # one line per package that could not be bound, each with its ways out
+            for line in exc.lines[:-1]:
+                typer.echo(f"metax-audit: error: {visible_line(line)}", err=True)
+            raise _fail(exc.lines[-1])
         if isinstance(exc, AuditError):
             raise _fail(str(exc))
         raise _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
 
 
 def _formats(value: str) -> tuple[str, ...]:
-    known = ("md", "json", "sarif", "junit")
+    from metax_audit.report import ALL_FORMATS as known
     chosen = tuple(v.strip() for v in value.split(",") if v.strip())
     bad = [v for v in chosen if v not in known]
     if bad:
@@ -166,9 +179,9 @@ def review(
     stack: Annotated[Path | None, typer.Option("--stack", help="A stack manifest (evidence --capture-stack) used instead of importing kernels.")] = None,
     python: PythonOpt = None,
     config: Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Comma list of md,json,sarif,junit.")] = "md,json,sarif,junit",
+    fmt: Annotated[str, typer.Option("--format", help="Comma list of md,json,sarif,junit (files in --output-dir) and github (workflow-command annotations on stdout).")] = "md,json,sarif,junit",
     output_dir: Annotated[Path | None, typer.Option("--output-dir", help="Where reports go (default: a per-repository directory under the metax-audit cache, outside the checkout; CI passes reports/).")] = None,
-    fail_on: Annotated[str, typer.Option("--fail-on", help="error | warning | info | never")] = "error",
+    fail_on: Annotated[str | None, typer.Option("--fail-on", help="error | warning | info | never (default: fail-on in the config, else error)")] = None,
     waivers: Annotated[Path | None, typer.Option("--waivers", help="YAML file of accepted findings.")] = None,
     generate_waivers: Annotated[Path | None, typer.Option("--generate-waivers", help="Write a starting waivers file for the current findings.")] = None,
     test: Annotated[str | None, typer.Option("--test", help="Run this command with the snapshot as cwd and first on PYTHONPATH.")] = None,
@@ -177,31 +190,82 @@ def review(
     merge_base: Annotated[str | None, typer.Option("--merge-base", help="Compare with the merge base of the reviewed commit and this branch.")] = None,
     no_baseline: Annotated[bool, typer.Option("--no-baseline", help="Do not compare with a baseline.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute everything: do not read or write the result cache.")] = False,
-    new_only: Annotated[bool, typer.Option("--new-only", help="--fail-on counts only findings new or changed against the baseline (pre-commit, pull requests).")] = False,
+    new_only: Annotated[bool, typer.Option("--new-only", help="--fail-on counts only findings new or changed against the baseline (pre-commit, pull requests); default: new-only in the config.")] = False,
+    all_findings: Annotated[bool, typer.Option("--all-findings", help="--fail-on counts every finding (overrides new-only: true in the config).")] = False,
+    allow_unbound: Annotated[str | None, typer.Option("--allow-unbound", help="PKG[,PKG]: pinned kernel packages to review although they cannot be bound (their calls go unchecked, and every headline says so); default: allow-unbound in the config.")] = None,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="The package index (simple API) public bases of pinned vendor builds are read from (default: pip's configured index and find-links).")] = None,
 ) -> None:
     """Snapshot the port, trace, introspect, compare and check it, and write the reports."""
     from metax_audit.core.options import ReviewOptions
 
-    if fail_on not in ("error", "warning", "info", "never"):
-        raise _fail(f"--fail-on must be error, warning, info or never (got {fail_on!r})")
     formats = _formats(fmt)
     mode = _mode(staged, worktree, rev, installed)
     _not_empty(upstream=upstream, base=base, python=python)
+    with _Guard():
+        gate = _gate_settings(repo, mode, config, upstream=upstream, base=base, stack=stack, python=python,
+                              fail_on=fail_on, new_only=True if new_only else False if all_findings else None,
+                              allow_unbound=allow_unbound)
+    fail_on, new_only = gate.values["fail_on"], gate.values["new_only"]
+    if fail_on not in ("error", "warning", "info", "never"):
+        raise _fail(f"--fail-on must be error, warning, info or never (got {fail_on!r})")
     options = ReviewOptions(
-        mode=mode, repo=repo, rev=rev, paths=tuple(paths or ()), upstream=upstream, base=base, stack=stack,
-        python=python, config_file=config, waivers=waivers, test_command=test, run_probes=probe,
-        baseline=baseline, merge_base=merge_base, no_baseline=no_baseline, no_cache=no_cache,
+        mode=mode, repo=repo, rev=rev, paths=tuple(paths or ()), upstream=gate.values["upstream"],
+        base=gate.values["base"], stack=gate.values["stack"], python=gate.values["python"], config_file=config,
+        waivers=waivers, test_command=test, run_probes=probe, baseline=baseline, merge_base=merge_base,
+        no_baseline=no_baseline, no_cache=no_cache, index_url=index_url,
+        # a flag only: the reviewed snapshot's own config says the rest (the pipeline reads it there)
+        allow_unbound=gate.values["allow_unbound"] if allow_unbound is not None else None,
     )
     if sum(map(bool, (baseline, merge_base, no_baseline))) > 1:
         raise _fail("choose one of --baseline, --merge-base, --no-baseline")
     if new_only and (no_baseline or (rev is not None and not (baseline or merge_base))):
         raise _fail("--new-only needs a baseline: --staged/--worktree compare with HEAD; with --rev pass --baseline REV "
                     "or --merge-base BRANCH")
-    _review_and_render(options, formats, output_dir, fail_on, generate_waivers, new_only=new_only)
+    _review_and_render(options, formats, output_dir, fail_on, generate_waivers, new_only=new_only, settings=gate.note)
+
+
+@dataclass(frozen=True)
+class _Gate:
+    values: dict[str, Any]  # GATE_SETTINGS name -> the value the review uses
+    note: str  # "fail-on=error (.metax-audit.yaml); ...": kept as the report's "settings" stage
+
+
+def _gate_settings(repo: Path | None, mode: SnapshotMode | None, config_file: Path | None, **flags: Any) -> _Gate:
+    """The gate's settings (config.GATE_SETTINGS): each flag given, else the config's setting, else the
+    default; and the note the report keeps of where each came from."""
+    from metax_audit.core.config import AuditConfig, config_origin
+    from metax_audit.stages.snapshot import export_config, find_repo
+
+    try:
+        config = export_config(repo, mode or "staged", config_file)
+        top = find_repo(repo or Path.cwd()) if config_file is None else Path(".")
+    except AuditError:
+        config, top = AuditConfig(), Path(".")  # not a repository: the review itself says so
+    origin = config_origin(top, config_file) or "the config"
+    defaults: dict[str, Any] = {"fail_on": "error", "new_only": False, "allow_unbound": None}
+    values: dict[str, Any] = {}
+    said: list[str] = []
+    for name, flag in flags.items():
+        setting = getattr(config, name)
+        if name == "allow_unbound":
+            flag = tuple(p.strip() for p in flag.split(",") if p.strip()) if flag is not None else None
+            setting = setting or None
+        if flag is not None:
+            values[name], where = flag, f"--{name.replace('_', '-')}"
+        elif setting is not None:
+            values[name], where = setting, origin
+            if name == "stack":
+                values[name] = top / setting  # repo-relative in the config
+        else:
+            values[name], where = defaults.get(name), "default"
+        if values[name] is not None or where != "default":
+            shown = ",".join(values[name]) if isinstance(values[name], tuple) else values[name]
+            said.append(f"{name.replace('_', '-')}={shown} ({where})")
+    return _Gate(values, "; ".join(said))
 
 
 def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, *, exit_zero: bool = False,  # type: ignore[no-untyped-def]
-                       new_only: bool = False) -> None:
+                       new_only: bool = False, settings: str = "") -> None:
     import time
 
     started = _started[0] if _started else time.perf_counter()  # in-process (CliRunner): from the command
@@ -217,6 +281,12 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
         typer.echo(f"reports: {out / 'summary.md' if 'md' in formats else out}")
         result = run_review(options, _progress(), generate_waivers=generate_waivers is not None)
         report = result.report
+        if settings:  # where each setting of the gate came from (flag, config, default), kept in every report
+            from dataclasses import replace
+
+            from metax_audit.core.models import StageRecord
+
+            report = replace(report, stages=(StageRecord("settings", True, 0.0, settings), *report.stages))
         # the stated wall time is the real one: from the process's start to the last report rendered
         with frozen_heap():  # the review's live objects need no more collecting
             report, written = write_reports_timed(report, out, formats, started)
@@ -226,6 +296,11 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
     from metax_audit.cli.render import render_review_summary
 
     render_review_summary(report, written)
+    if "github" in formats:  # annotations for the pull request, on stdout where the runner reads them
+        from metax_audit.report.github import workflow_commands
+
+        for line in workflow_commands(report):
+            typer.echo(line)
     typer.echo(summary_line(report), err=True)
     with _Guard():
         code = exit_code(report, fail_on, new_only=new_only)

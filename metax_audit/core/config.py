@@ -56,6 +56,17 @@ class AuditConfig:
     stack_files: tuple[str, ...] = ("requirements", "setup.py", "docker", "Dockerfile")
     # Vendor distribution name -> the public distribution its builds derive from (for the static stand-in).
     stack_public_names: dict[str, str] = field(default_factory=lambda: {"flashinfer": "flashinfer-python"})
+    # Kernel packages whose vendor builds add to the public API they derive from (MetaX's flash_attn takes s_aux=,
+    # which flash-attn 2.6.3 lacks): a keyword their public base lacks is a warning, for the others an error.
+    vendor_extends: tuple[str, ...] = ("flash_attn",)
+    # The gate, so that a hook or a workflow needs no flags (each flag overrides its setting; GATE_SETTINGS).
+    upstream: str | None = None  # --upstream: vllm==X.Y.Z, a directory, an installed package
+    base: str | None = None  # --base
+    stack: str | None = None  # --stack: a stack manifest, repo-relative (evidence --capture-stack, committed)
+    python: str | None = None  # --python: the kernel stack's interpreter
+    fail_on: str | None = None  # --fail-on: error | warning | info | never
+    new_only: bool | None = None  # --new-only
+    allow_unbound: tuple[str, ...] = ()  # --allow-unbound: pinned kernel packages reviewed without binding
 
     def expand(self, pattern: str) -> str:
         return pattern.replace("{port}", self.port_package.replace(".", "/"))
@@ -69,7 +80,10 @@ class AuditConfig:
         return self.expand(self.platform_file)
 
 
-_LIST_FIELDS = {"scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders", "kernel_sources",
+# The settings of the gate itself (the CLI reads them; the report says where each came from).
+GATE_SETTINGS = ("upstream", "base", "stack", "python", "fail_on", "new_only", "allow_unbound")
+FAIL_ON = ("error", "warning", "info", "never")
+_LIST_FIELDS = {"allow_unbound", "vendor_extends", "scope", "class_prefixes", "modification_markers", "kernel_packages", "kernel_modules", "selectors", "upstream_subfolders", "kernel_sources",
                 "native_sources", "stack_files"}
 _SEVERITIES = ("error", "warning", "info")
 _MAX_FILE_BYTES_CEILING = 1 << 30  # past this a "limit" is no limit: say so instead of reading it
@@ -130,6 +144,20 @@ def _check(name: str, key: str, value: object, default: object, origin: str) -> 
             if not isinstance(rule_id, str) or sev not in _SEVERITIES:
                 raise _fail(origin, key, f"maps {rule_id!r} to {sev!r}: a rule id must map to error, warning or info")
         return dict(value)
+    if name in ("upstream", "base", "python"):
+        if not isinstance(value, str) or not value.strip():
+            raise _fail(origin, key, f"must be a non-empty string (got {value!r})")
+        return value
+    if name == "stack":
+        return _repo_path(origin, key, value)
+    if name == "fail_on":
+        if value not in FAIL_ON:
+            raise _fail(origin, key, f"must be one of {', '.join(FAIL_ON)} (got {value!r})")
+        return value
+    if name == "new_only":
+        if not isinstance(value, bool):
+            raise _fail(origin, key, f"must be true or false (got {value!r})")
+        return value
     if name == "max_file_bytes":
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_FILE_BYTES_CEILING:
             raise _fail(origin, key, f"must be a whole number of bytes from 1 to {_MAX_FILE_BYTES_CEILING} (got {value!r})")
@@ -208,6 +236,8 @@ def departures(config: AuditConfig, root: Path) -> list[str]:
         out.append(f"kernel-modules leaves out {', '.join(missing)}, which the port imports")
     if config.severity_overrides:
         out.append(f"severity-overrides change {len(config.severity_overrides)} rule(s)")
+    if config.allow_unbound:
+        out.append(f"allow-unbound accepts {', '.join(config.allow_unbound)} unbound (calls into it go unchecked)")
     return out
 
 
@@ -225,6 +255,17 @@ def _imported(root: Path, files: set[str], modules: list[str]) -> set[str]:
             heads = [stmt.module] if stmt.module and not stmt.level else [] if stmt.level else list(stmt.names)
             found.update(m for m in modules if any(h == m or h.startswith(m + ".") for h in heads))
     return found
+
+
+def config_origin(root: Path, explicit: Path | None = None) -> str | None:
+    """Which file load_config reads the config from (for the report's record of the gate's settings)."""
+    if explicit is not None:
+        return str(explicit)
+    if (root / ".metax-audit.yaml").is_file():
+        return ".metax-audit.yaml"
+    if (root / "pyproject.toml").is_file():
+        return "pyproject.toml [tool.metax-audit]"
+    return None
 
 
 def load_config(root: Path, explicit: Path | None = None) -> AuditConfig:

@@ -42,3 +42,12 @@ class SubprocessError(AuditError):
         super().__init__(message)
         self.stderr = stderr
         self.returncode = returncode
+
+
+class StackBindingError(AuditError):
+    """Pinned kernel packages that could not be bound and were not accepted (allow-unbound): the review would
+    leave every call into them unchecked, so it is incomplete. One line per package, each with the ways out."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = tuple(lines)

@@ -284,6 +284,7 @@ class CallableFact:
     wheel_tag: str | None = None
     error: str | None = None
     stand_in: str | None = None  # read from the public base of a pinned vendor build (stack_pins), said here
+    stand_in_extended: bool = False  # and config's vendor-extends says that vendor build adds to the public API
 
 
 @dataclass(frozen=True)
@@ -496,6 +497,19 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class UnboundPackage:
+    """A pinned kernel package the review could not bind (installed, manifest, kernel-sources or public base),
+    accepted on purpose with allow-unbound: every call into it went unchecked, and every headline says so."""
+
+    module: str  # the import package: "flash_mla"
+    pin: str  # as pinned: "flash_mla==1.0.1+metax3.8.0.7torch2.10"
+    location: Location  # the line that pins it
+    why: str  # why it could not be bound
+    calls: int  # traced call sites into it: not checked
+    accepted_by: str  # where allow-unbound named it: "--allow-unbound", ".metax-audit.yaml"
+
+
+@dataclass(frozen=True)
 class StageRecord:
     name: str
     ran: bool
@@ -535,3 +549,4 @@ class AuditReport:
     # findings carry their state, and `fixed` holds the baseline's findings this review lacks.
     baseline_info: dict[str, Any] = field(default_factory=dict)
     fixed: tuple[Finding, ...] = ()
+    unbound: tuple[UnboundPackage, ...] = ()  # pinned kernel packages accepted unbound (allow-unbound)

@@ -6,6 +6,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metax_audit.core.config import AuditConfig
 from metax_audit.core.models import SnapshotMode
 
 
@@ -32,3 +33,7 @@ class ReviewOptions:
     merge_base: str | None = None  # compare with the merge base of the reviewed commit and this branch
     no_baseline: bool = False
     no_cache: bool = False  # recompute everything (the result cache is neither read nor written)
+    # Pinned kernel packages accepted unbound (their calls unchecked); None: the config's allow-unbound.
+    allow_unbound: tuple[str, ...] | None = None
+    index_url: str | None = None  # the package index for public bases (default: pip's configured one)
+    config: AuditConfig | None = None  # the reviewed subject's config, for its baseline (baseline_options)

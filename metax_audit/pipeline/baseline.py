@@ -19,6 +19,7 @@ from metax_audit.core.errors import SnapshotError
 from metax_audit.core.models import AuditReport, BaselineState, Finding, SnapshotInfo
 
 if TYPE_CHECKING:
+    from metax_audit.core.config import AuditConfig
     from metax_audit.core.options import ReviewOptions
 
 
@@ -49,10 +50,11 @@ def merge_base(options: ReviewOptions, snap: SnapshotInfo) -> str:
     return res.stdout.strip()
 
 
-def baseline_options(options: ReviewOptions, rev: str) -> ReviewOptions:
-    """The same review of `rev`: same upstream, stack, scope and waivers; no probes, tests or baseline."""
+def baseline_options(options: ReviewOptions, rev: str, config: AuditConfig | None = None) -> ReviewOptions:
+    """The same review of `rev`: same upstream, stack, scope, waivers and config (the subject's, when
+    given: what the subject is reviewed under, its baseline is too); no probes, tests or baseline."""
     return replace(options, mode="rev", rev=rev, baseline=None, merge_base=None, no_baseline=True,
-                   run_probes=False, test_command=None)
+                   run_probes=False, test_command=None, config=config if config is not None else options.config)
 
 
 def compare_with(report: AuditReport, base: AuditReport, rev: str) -> AuditReport:

@@ -27,6 +27,7 @@ from metax_audit.core.models import (
     StageRecord,
     TestRun,
     TraceResult,
+    UnboundPackage,
     Unresolved,
     UpstreamInfo,
 )
@@ -56,6 +57,8 @@ class _Run:
     closers: list[Callable[[], None]] = field(default_factory=list)  # run when the review ends, however
     export: tuple[str, ...] = ()  # what the snapshot exported (the revision memo's key, incremental.py)
     during_trace: bool = False  # the imports/attributes checks and the dataflow ran during the trace (_after_trace)
+    unbound: list[UnboundPackage] = field(default_factory=list)  # accepted with allow-unbound (_stack_pins_stage)
+    kernel_roots: tuple[Path, ...] | None = None  # kernel-sources of the config, resolved once (_kernel_source_roots)
 
     @contextmanager
     def stage(self, name: str, progress: Progress, detail: str = "") -> Iterator[list[str]]:
@@ -73,6 +76,7 @@ class _Run:
 class ReviewResult:
     report: AuditReport
     generated_waivers: str | None = None
+    config: AuditConfig | None = None  # the config the review ran under (its baseline runs under it too)
 
 
 def review(options: ReviewOptions, progress: Progress | None = None, *, generate_waivers: bool = False) -> ReviewResult:
@@ -99,7 +103,9 @@ def _review(options: ReviewOptions, progress: Progress | None, generate_waivers:
         if rev is not None:
             progress.stage("baseline", rev)
             begun = time.perf_counter()
-            base_options = baseline_mod.baseline_options(options, rev)
+            # The subject's config governs its baseline: an uncommitted .metax-audit.yaml reviews HEAD as it
+            # reviews the worktree (a config the baseline revision lacks would otherwise leave it the default).
+            base_options = baseline_mod.baseline_options(options, rev, config=result.config)
             with frozen_heap():  # the review's parses are still alive: no collection needs to rescan them
                 with relaxed_gc():
                     served = review_cache.served_revision(base_options, progress)
@@ -138,7 +144,7 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     mode, rev, mode_note = options.mode, options.rev, ""
     if mode is None:
         mode, rev, mode_note = snapshot_mod.default_mode(options.repo)
-    hint = snapshot_mod.export_config(options.repo, mode, options.config_file)
+    hint = options.config or snapshot_mod.export_config(options.repo, mode, options.config_file)
     package = hint.port_package
     # The static stages read only the port package, its config, C++ sources and stack pins; --test needs all.
     only = () if options.test_command else snapshot_mod.static_export(package, hint)
@@ -152,14 +158,14 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
         run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
                                       f"{snap.mode} {snap.label}, {snap.files} files"))
         with relaxed_gc():  # hundreds of live syntax trees: see pysource.relaxed_gc
-            report, waivers_text = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
-    return ReviewResult(report, waivers_text)
+            report, waivers_text, config = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
+    return ReviewResult(report, waivers_text, config)
 
 
 def _audit_snapshot(
     snap: SnapshotInfo, options: ReviewOptions, run: _Run, progress: Progress, started: float, generate_waivers: bool
-) -> tuple[AuditReport, str | None]:
-    config = load_config(snap.root, options.config_file)
+) -> tuple[AuditReport, str | None, AuditConfig]:
+    config = options.config or load_config(snap.root, options.config_file)
     changed = departures(config, snap.root)
     if changed:  # a config that narrows scope or raises limits is itself part of the record
         run.stages.append(StageRecord("config", True, 0.0, "the config narrows the review: " + "; ".join(changed)))
@@ -172,18 +178,18 @@ def _audit_snapshot(
 
         assert entry is not None
         served_discovery(entry, snap.repo, config.port_package, options.paths)
-        return _waived(cached, snap, config, options, generate_waivers)
+        return (*_waived(cached, snap, config, options, generate_waivers), config)
     background = _Background(run, _prestart_introspection(config, options))
     try:
         report = _audit_stages(_Stages(snap, config, options, run, progress), background, started)
     finally:
         background.close()
-    if entry is not None:
+    if entry is not None and not report.unbound:  # an index down now may answer next time: never kept unbound
         review_cache.store(entry, snap, report)
         from metax_audit.pipeline.incremental import keep_discovery_of_review
 
         keep_discovery_of_review(entry, snap.repo, config.port_package, options.paths)
-    return _waived(report, snap, config, options, generate_waivers)
+    return (*_waived(report, snap, config, options, generate_waivers), config)
 
 
 def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:
@@ -284,7 +290,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     symbols = _symbols(st, upstream, base)
     during = _start_during_trace(st, ahead.predicted, symbols, upstream, base, background)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
-    stand_ins = _stack_pins_stage(st)
+    stand_ins = _stack_pins_stage(st, trace)
     binding, (contracts, dataflow) = _after_trace(st, discovery, trace, symbols, upstream, base, background, during)
     collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
@@ -307,7 +313,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
         tool_version=__version__, generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         suggest_probe=probe_suggester(contracts),
     )
-    return replace(report, dataflow=tuple(flows))
+    return replace(report, dataflow=tuple(flows), unbound=tuple(st.run.unbound))
 
 
 def _early_releases(st: _Stages) -> tuple[UpstreamInfo | None, UpstreamInfo | None]:
@@ -421,10 +427,13 @@ def _kernel_source_roots(st: _Stages) -> tuple[Path, ...]:
     """Static roots of the kernel stack named in config (kernel-sources, see upstream.kernel_source_roots)."""
     if not st.config.kernel_sources:
         return ()
+    if st.run.kernel_roots is not None:
+        return st.run.kernel_roots
     from metax_audit.stages.upstream import kernel_source_roots
 
     with st.run.stage("kernel-sources", st.progress, ", ".join(st.config.kernel_sources)) as notes:
-        return kernel_source_roots(st.config.kernel_sources, st.options.cache_dir, notes)
+        st.run.kernel_roots = kernel_source_roots(st.config.kernel_sources, st.options.cache_dir, notes)
+    return st.run.kernel_roots
 
 
 def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> SymbolTable:
@@ -531,8 +540,11 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
     return discovery, trace
 
 
-def _stack_pins_stage(st: _Stages) -> tuple[StackBinding, ...]:
-    """The kernel stack the reviewed revision pins, and what each pinned package is bound against."""
+def _stack_pins_stage(st: _Stages, trace: TraceResult) -> tuple[StackBinding, ...]:
+    """The kernel stack the reviewed revision pins, and what each pinned package is bound against. A
+    package that cannot be bound stops the review (StackBindingError: exit 2, one line each) unless
+    allow-unbound accepts it; then the report counts the calls into it that went unchecked."""
+    from metax_audit.core.errors import StackBindingError
     from metax_audit.stages.introspect import stack_pins
 
     if not stack_pins.read_pins(st.snap.root, st.config):
@@ -541,10 +553,26 @@ def _stack_pins_stage(st: _Stages) -> tuple[StackBinding, ...]:
     with st.run.stage("stack-pins", st.progress) as notes:
         bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
                                    manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
-                                   fetch=not st.options.extra_path)
+                                   fetch=not st.options.extra_path, kernel_roots=_kernel_source_roots(st),
+                                   index_url=st.options.index_url)
         st.run.findings += stack_pins.binding_findings(bindings)
-        notes.append(", ".join(f"{b.pin.module} {b.pin.version}: {b.bound}" for b in bindings))
-    return tuple(b for b in bindings if b.bound == "public-base")
+        def calls_into(module: str) -> int:
+            return sum(1 for c in trace.calls if c.resolved and (c.resolved == module or c.resolved.startswith(module + ".")))
+
+        notes.append(", ".join(f"{b.pin.module} {b.pin.version}: {b.bound} ({calls_into(b.pin.module)} calls)" for b in bindings))
+        allowed, origin = ((st.options.allow_unbound, "--allow-unbound") if st.options.allow_unbound is not None
+                           else (st.config.allow_unbound, "allow-unbound in the config"))
+        names = {stack_pins.canonical(a) for a in allowed}
+        refused: list[str] = []
+        for b in (b for b in bindings if b.bound == "unbound"):
+            if not names & {stack_pins.canonical(b.pin.module), stack_pins.canonical(b.pin.distribution)}:
+                refused.append(stack_pins.unbound_line(b))
+                continue
+            st.run.unbound.append(UnboundPackage(b.pin.module, f"{b.pin.distribution}=={b.pin.version}", b.pin.location,
+                                                 b.why, calls_into(b.pin.module), origin))
+        if refused:
+            raise StackBindingError(refused)
+    return tuple(b for b in bindings if b.bound == "public-base")  # kernel-sources roots are static roots already
 
 
 def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
@@ -692,7 +720,7 @@ def _introspect(st: _Stages, discovery: Discovery, trace: TraceResult, upstream:
                                           extra_path=options.extra_path, static_roots=static_roots,
                                           never_import=never_import, cache=cache, prestarted=prestarted,
                                           op_namespaces=config.op_namespaces)
-        return stack_pins.mark_stand_ins(facts, stand_ins)
+        return stack_pins.mark_stand_ins(facts, stand_ins, config.vendor_extends)
 
     return background.thread("introspect", work, _introspect_notes, started)
 

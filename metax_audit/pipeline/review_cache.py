@@ -42,7 +42,8 @@ def result_key(digest: str, config: AuditConfig, options: ReviewOptions, progres
             return None
     return resultcache.key("review", digest, resultcache.upstream_identity(upstream),
                            resultcache.upstream_identity(base),
-                           resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack))
+                           resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack),
+                           *([repr(options.config)] if options.config is not None else []))
 
 
 def upstream_and_base(config: AuditConfig, options: ReviewOptions, progress: Progress, commit: Commit,
@@ -93,6 +94,8 @@ def served_revision(options: ReviewOptions, progress: Progress) -> AuditReport |
                                                 options.waivers)
     entry = result_key(memo.digest, memo.config, options, progress, Commit(found[0], found[1], options.rev)) \
         if memo and found else None
+    if memo and options.config is not None and memo.config != options.config:
+        return None  # reviewed under the subject's config, not the one the revision holds: computed afresh
     hit = resultcache.load("review", entry) if memo and entry else None
     if not (memo and isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
         return None

@@ -13,16 +13,18 @@ from types import ModuleType
 from metax_audit.core.errors import ReportError
 from metax_audit.core.models import AuditReport
 
-FORMATS = ("md", "json", "sarif", "junit")
+FORMATS = ("md", "json", "sarif", "junit")  # written into --output-dir
+STREAM_FORMATS = ("github",)  # printed on stdout by the CLI after the review (report/github.py)
+ALL_FORMATS = (*FORMATS, *STREAM_FORMATS)  # the one list --format is checked against
 
 
 def parse_formats(text: str | Sequence[str]) -> tuple[str, ...]:
     """`md,json` -> ("md", "json"); unknown names are a ReportError naming the known ones."""
     items = text.split(",") if isinstance(text, str) else list(text)
     formats = tuple(dict.fromkeys(i.strip().lower() for i in items if i.strip()))
-    unknown = [f for f in formats if f not in FORMATS]
+    unknown = [f for f in formats if f not in ALL_FORMATS]
     if unknown:
-        raise ReportError(f"unknown report format(s) {', '.join(unknown)}; choose from {','.join(FORMATS)}")
+        raise ReportError(f"unknown report format(s) {', '.join(unknown)}; choose from {','.join(ALL_FORMATS)}")
     return formats
 
 

@@ -71,6 +71,10 @@ def first_screen(report: AuditReport) -> FirstScreen:
         verdict = f"REVIEW: no error; {n_warn} warning{'s' * (n_warn != 1)} can change what a kernel computes or whether it runs"
     else:
         verdict = "PASS: no error and no warning"
+    if report.unbound:  # what went unchecked leads: a pass over an unbound stack is not a pass
+        from metax_audit.stages.inventory import unchecked_headline
+
+        verdict = f"{unchecked_headline(report)}. {verdict}"
     return FirstScreen(verdict, errors, new, warnings, untouched, sum(f.severity is Severity.INFO for f in live))
 
 

@@ -35,6 +35,8 @@ def load_schema() -> dict[str, Any]:
 
 
 def to_json_dict(report: AuditReport) -> dict[str, Any]:
+    from metax_audit.stages.inventory import unchecked_headline
+
     snap = report.snapshot
     data = {
         "schema": report.schema,
@@ -80,6 +82,9 @@ def to_json_dict(report: AuditReport) -> dict[str, Any]:
         "dataflow": [_plain(_flow(f)) for f in report.dataflow],
         "baseline": _plain(report.baseline_info) if report.baseline_info else None,
         "fixed": [_finding(f) for f in report.fixed],
+        "incomplete": unchecked_headline(report) or None,
+        "unbound": [{"module": u.module, "pin": u.pin, "path": u.location.path, "line": u.location.line, "why": u.why,
+                     "calls": u.calls, "accepted_by": u.accepted_by} for u in report.unbound],
     }
     # The snapshot is a temporary export; its path must never leak into a report.
     return _scrub(data, str(snap.root)) if str(snap.root) not in ("", ".") else data

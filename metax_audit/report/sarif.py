@@ -49,14 +49,19 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
             "resultsDropped": dropped,
         },
     }
+    from metax_audit.stages.inventory import unchecked_headline
+
+    notes = []
+    if report.unbound:  # the review ran without binding part of the pinned stack: its headline, first
+        notes.append({"level": "error", "message": {"text": unchecked_headline(report)}})
+        run["properties"]["incomplete"] = unchecked_headline(report)
     if dropped:
-        run["invocations"] = [{
-            "executionSuccessful": True,
-            "toolExecutionNotifications": [{
-                "level": "warning",
-                "message": {"text": f"{dropped} lower-severity results left out to stay within {limit} results per run; see report.json for all"},
-            }],
-        }]
+        notes.append({
+            "level": "warning",
+            "message": {"text": f"{dropped} lower-severity results left out to stay within {limit} results per run; see report.json for all"},
+        })
+    if notes:
+        run["invocations"] = [{"executionSuccessful": True, "toolExecutionNotifications": notes}]
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 
@@ -72,6 +77,12 @@ def write_sarif(report: AuditReport, path: Path) -> Path:
 def _rules(report: AuditReport) -> list[Rule]:
     """The rules the findings use, by id; the set of imported modules must not change the file."""
     used: dict[str, Rule] = {}
+    if any(f.rule not in RULES for f in report.findings):
+        # a review served from the result cache (or checked in a forked child) never imported the modules
+        # that declare its rules: load them all, so that every rule has its help text
+        from metax_audit.report.rules_doc import load_all_rules
+
+        load_all_rules()
     for f in report.findings:
         used[f.rule] = RULES.get(f.rule) or Rule(
             f.rule, f.category, f.severity, f"{f.category.value} finding", "No help text was declared for this rule."

@@ -163,11 +163,12 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA160": ((I, "a pinned kernel package is bound statically against the public release its vendor build derives "
                    "from, because the pinned build is not what is installed here",
                 "`flash_attn==2.6.3+metax3.8.0.7` pinned, not installed: bound to the public flash_attn 2.6.3 sources"),),
-    "MXA161": ((W, "the pinned version is neither installed nor obtainable as a public base, and calls into it were "
-                   "checked against another installed version: findings about it may not hold on the pinned stack",
+    "MXA161": ((W, "the pinned version is neither installed nor obtainable as a public base, accepted with allow-unbound, "
+                   "and calls into it were checked against another installed version: findings about it may not hold "
+                   "on the pinned stack",
                 "`flashinfer==0.2.2+metax...` pinned, 0.2.6 installed, no public 0.2.2 obtainable"),
-               (I, "the pinned version is neither installed nor obtainable and nothing else is installed: its calls "
-                   "were not checked (a coverage gap, listed with the package)",
+               (I, "the pinned version is neither installed nor obtainable, accepted with allow-unbound, and nothing "
+                   "else is installed: its calls were not checked (a coverage gap, counted in every headline)",
                 "`flash_mla==1.0.1+metax...` pinned: no public release of flash_mla 1.0.1, none installed")),
     "MXA170": ((E, "a torch.ops use or an op-referencing call names an op that no provider read (port Python and C++, "
                    "upstream Python and compiled extensions, manifest) registers: AttributeError on first call",

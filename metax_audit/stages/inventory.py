@@ -182,6 +182,18 @@ def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
     return counts
 
 
+def unchecked_headline(report: AuditReport) -> str:
+    """The line every format leads with when pinned kernel packages were accepted unbound (allow-unbound):
+    how many calls went unchecked, into what; "" when the review bound its whole pinned stack."""
+    if not report.unbound:
+        return ""
+    calls = sum(u.calls for u in report.unbound)
+    into = ", ".join(f"{u.module} ({u.calls})" for u in report.unbound)
+    accepted = ", ".join(dict.fromkeys(u.accepted_by for u in report.unbound))
+    return (f"INCOMPLETE: {calls} call{'s' * (calls != 1)} unchecked, into {into}: pinned but not bound "
+            f"(accepted by {accepted})")
+
+
 def summary_line(report: AuditReport) -> str:
     counts = severity_counts(report.findings)
     waived = sum(f.waived for f in report.findings)
@@ -194,6 +206,8 @@ def summary_line(report: AuditReport) -> str:
     if report.baseline_info:
         b = report.baseline_info
         text += f"; vs {b['rev']}: {b['new']} new, {b['changed']} changed, {b['fixed']} fixed"
+    if report.unbound:
+        text += f"; {unchecked_headline(report)}"
     return f"{text}, {report.wall_seconds:.1f} s"
 
 

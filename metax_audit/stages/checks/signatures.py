@@ -172,8 +172,8 @@ def check_signatures(
         b = bind(call, fact.params)
         both: tuple[str, ...] = (call_text(root, call), installed_text(fact, facts), *build_note(fact))
         severity = None
-        if fact.stand_in:  # the public base of a pinned vendor build: the vendor may have extended the API
-            severity = Severity.WARNING
+        if fact.stand_in and fact.stand_in_extended:  # a public base the vendor build is known to extend (config
+            severity = Severity.WARNING  # vendor-extends): what it lacks the vendor build may take; else an error
         if fact.error and "decorated with" in fact.error:
             if any(w in fact.error for w in ("autotune", "heuristics")):
                 b.missing = []  # autotune configs and heuristics supply parameters at launch

@@ -244,7 +244,7 @@ def _root_fingerprint(root: Path) -> list[Any]:
     from metax_audit.stages.upstream import COMPLETE_MARKER
 
     try:
-        if root.parent.parent == cache_root() and root.parent.name in ("upstream", "stack-sources"):
+        if root.parent.parent == cache_root() and root.parent.name in ("upstream", "public-base"):  # stack_pins.PUBLIC_BASE_DIR
             marker = root / COMPLETE_MARKER
             st = marker.stat()
             return [str(root), "complete", marker.read_text(encoding="utf-8"), st.st_size, st.st_mtime_ns]

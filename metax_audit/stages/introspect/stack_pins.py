@@ -27,13 +27,14 @@ rule("MXA160", Category.ENVIRONMENT, Severity.INFO, "kernel package bound agains
      "sources kept, never imported). A vendor change to that API is invisible: confirm with a manifest "
      "captured on the vendor stack (`metax-audit evidence --capture-stack`, then `review --stack`).")
 rule("MXA161", Category.ENVIRONMENT, Severity.WARNING, "pinned kernel package could not be bound to the pinned version",
-     "The revision pins a version that is neither installed here nor obtainable as a public base release, so the "
-     "checks of calls into this package ran against whatever is installed (or could not run). Findings about it "
-     "may not hold on the pinned stack: capture a manifest on the vendor stack.")
+     "The revision pins a version that is neither installed here, nor in a stack manifest or kernel-sources, nor "
+     "obtainable as a public base release from the configured package index. That stops the review (exit 2) "
+     "unless allow-unbound accepts the package; accepted, the checks of calls into it ran against whatever is "
+     "installed (or could not run), and every report's headline says how many calls went unchecked. Findings "
+     "about it may not hold on the pinned stack: capture a manifest on the vendor stack (`metax-audit evidence "
+     "--capture-stack`) and name it with --stack or `stack:` in the config.")
 
 _PIN = re.compile(r"(?<![\w.\-/])([A-Za-z][A-Za-z0-9._-]*)\s*==\s*([0-9][A-Za-z0-9.+!_-]*)")
-UNAVAILABLE = ".metax-audit-unavailable"  # a cached "no public release" answer, with pip's reason
-PIP_TIMEOUT_S = 600
 _PIN_FILE_SUFFIXES = (".txt", ".in", ".py", ".toml", ".cfg")
 
 
@@ -61,11 +62,12 @@ class StackPin:
 @dataclass(frozen=True)
 class StackBinding:
     pin: StackPin
-    bound: str  # "installed" | "manifest" | "public-base" | "unbound"
+    bound: str  # "installed" | "manifest" | "kernel-sources" | "public-base" | "unbound"
     installed: str | None = None  # the version installed in the target interpreter
     public: str | None = None  # "flashinfer-python==0.2.6"
     root: Path | None = None  # directory holding the stand-in's `module/` sources
     note: str = ""  # the evidence sentence
+    why: str = ""  # unbound: why the public base could not be had
 
     @property
     def stand_in(self) -> str:
@@ -171,10 +173,12 @@ def _ask_versions(names: Sequence[str], python: str | None) -> dict[str, str] | 
 
 
 def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,
-         cache_dir: Path | None = None, fetch: bool = True) -> list[StackBinding]:
+         cache_dir: Path | None = None, fetch: bool = True, kernel_roots: Sequence[Path] = (),
+         index_url: str | None = None) -> list[StackBinding]:
     """What each pinned kernel package is checked against. A manifest wins; then an installed build
-    whose public release equals the pin's; else the pin's public base from the cache (downloaded once
-    with `pip download --no-deps`, only its .py files kept, never imported)."""
+    whose public release equals the pin's; then a kernel-sources root of config holding its package;
+    else the pin's public base (public_base: found through the package index, never built). A package
+    none of these binds is "unbound": the pipeline stops there unless allow-unbound accepts it."""
     pins = read_pins(root, config)
     if not pins:
         return []
@@ -189,8 +193,14 @@ def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,
         if have is not None and (have == pin.version or release_line(have) == release_line(pin.version)):
             out.append(StackBinding(pin, "installed", installed=have, note=f"installed {have} matches the pin {pin.version}"))
             continue
+        given = next((r for r in kernel_roots if (r / pin.module).is_dir()), None)
+        if given is not None:
+            out.append(StackBinding(pin, "kernel-sources", installed=have, root=given,
+                                    note=f"{pin.distribution}=={pin.version} pinned at {pin.location}: read from "
+                                         f"kernel-sources {given}"))
+            continue
         public = f"{_public_name(pin, config)}=={pin.public_version}"
-        entry, why = public_base(public, pin.module, cache_dir=cache_dir, python=python, fetch=fetch)
+        entry, why = public_base(public, pin.module, cache_dir=cache_dir, fetch=fetch, index_url=index_url)
         if entry is not None:
             diff = f"installed {have} differs from the pin" if have else "not installed here"
             out.append(StackBinding(pin, "public-base", installed=have, public=public, root=entry,
@@ -198,10 +208,21 @@ def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,
                                          f"bound against the public base {public} (cache {entry})"))
         else:
             fallback = f"checked against the installed {have} instead" if have else "calls into it could not be checked"
-            out.append(StackBinding(pin, "unbound", installed=have, public=public,
+            out.append(StackBinding(pin, "unbound", installed=have, public=public, why=why,
                                     note=f"{pin.distribution}=={pin.version} pinned at {pin.location}: the public base "
                                          f"{public} is unavailable ({why}); {fallback}"))
     return out
+
+
+def unbound_line(b: StackBinding) -> str:
+    """The one line that says why a pinned package could not be bound, and the ways out."""
+    pin = b.pin
+    have = f"installed here is {b.installed}, not the pinned release" if b.installed else "not installed here"
+    return (f"{pin.module}: the pinned {pin.distribution}=={pin.version} ({pin.location}) cannot be bound: {have}, "
+            f"and its public base {b.public}: {b.why}. Ways out: --stack FILE (a manifest captured on the vendor "
+            f"stack with `metax-audit evidence --capture-stack FILE`), --python PATH (an interpreter with it "
+            f"installed), kernel-sources in the config (a directory holding {pin.module}/), or "
+            f"--allow-unbound {pin.module} to review without checking calls into it")
 
 
 def _public_name(pin: StackPin, config: AuditConfig) -> str:
@@ -227,56 +248,57 @@ def binding_findings(bindings: Sequence[StackBinding]) -> list[Finding]:
 # ---------------------------------------------------------------- the public base in the cache
 
 
-# Said of an unavailable public base the first time and every time after, so the finding reads the same
-# (a baseline that met it first would otherwise see it "changed" on the next review).
-_CACHED = " (cached answer; delete the entry to retry)"
-FIND_LINKS_ENV = "METAX_AUDIT_FIND_LINKS"  # dirs of local wheels/sdists (os.pathsep-separated), tried before pip
+PUBLIC_BASE_DIR = "public-base"  # <cache>/public-base/NAME-VERSION/: a release's module sources, and what made them
+_ANSWERS: dict[tuple[str, str], tuple[Path | None, str]] = {}  # this process's answers (a review and its baseline ask twice)
 
 
-def public_base(public: str, module: str, *, cache_dir: Path | None = None, python: str | None = None,
-                fetch: bool = True) -> tuple[Path | None, str]:
+def public_base(public: str, module: str, *, cache_dir: Path | None = None, fetch: bool = True,
+                index_url: str | None = None) -> tuple[Path | None, str]:
     """The cache entry holding `module/`'s .py sources of the public release `public` (NAME==VERSION),
-    made once from a local archive ($METAX_AUDIT_FIND_LINKS) or `pip download`; when VERSION itself
-    cannot be had (no archive, or pip cannot prepare its sdist's metadata), its newest post-release
-    (VERSION.postN, same code line). (None, reason) when none can be had; that answer is cached too."""
-    entry = cache_root(cache_dir) / "stack-sources" / public.replace("==", "-")
+    made once from its wheel or sdist found through the package index pip is configured with (pkgindex:
+    the simple API or a find-links folder, $METAX_AUDIT_FIND_LINKS first), its hash checked, only the
+    Python sources unpacked: nothing is built, so no setup.py runs and neither torch nor a compiler is
+    needed. When VERSION itself is not there, its newest post-release (same code line). (None, why) when
+    none can be had; that answer is not kept (an index down now may answer on the next review)."""
+    from metax_audit.stages.introspect import pkgindex
+
+    name, version = public.split("==", 1)
+    entry = cache_root(cache_dir) / PUBLIC_BASE_DIR / f"{canonical(name)}-{version}"
     if (entry / COMPLETE_MARKER).is_file() and (entry / module).is_dir():
         return entry, ""
-    if (entry / UNAVAILABLE).is_file():
-        return None, (entry / UNAVAILABLE).read_text(encoding="utf-8").strip() + _CACHED
     if not fetch:
         return None, "not in the cache and downloads are off"
+    asked = (str(entry), index_url or "")
+    if asked in _ANSWERS:
+        return _ANSWERS[asked]
     try:
         work = tempdirs.make("stack", _ensure(entry.parent))
     except OSError as exc:
         return None, f"cache not writable: {exc}"
     try:
-        name, version = public.split("==", 1)
-        archive, why = _local_archive(name, version)
-        if archive is None:
-            archive, why = _download(public, work, python)
-        if archive is None:
-            archive, more = _download(f"{name}>={version}.post0,<{version}.post100000", work, python)
-            why = f"{why}; post-releases: {more}" if archive is None else why
-        if archive is None:
-            shutil.rmtree(entry, ignore_errors=True)
-            entry.mkdir(parents=True, exist_ok=True)
-            (entry / UNAVAILABLE).write_text(why + "\n", encoding="utf-8")
-            return None, why + _CACHED
+        sources = pkgindex.configured_sources(index_url=index_url)
+        got = pkgindex.fetch(name, version, work, sources)
+        if isinstance(got, pkgindex.NotFetched):
+            _ANSWERS[asked] = (None, got.why)
+            return None, got.why
         partial = work / "extract"
-        if not extract_sources(archive, module, partial):
-            return None, f"{archive.name} holds no {module}/ package"
+        if not extract_sources(got.path, module, partial):
+            why = f"{got.filename} (from {got.source}) holds no {module}/ package"
+            _ANSWERS[asked] = (None, why)
+            return None, why
         shutil.rmtree(entry, ignore_errors=True)
         partial.rename(entry)
-        got = f"{archive.name}" + (f" (instead of {version}: {why})" if why else "")
-        (entry / COMPLETE_MARKER).write_text(f"{public} from {got}\n", encoding="utf-8")
+        instead = f" (instead of {version}, not on the index)" if got.version != version else ""
+        checked = "sha256 checked against the index" if got.verified else "sha256"
+        (entry / COMPLETE_MARKER).write_text(
+            f"{public} from {got.filename}{instead}, {checked} {got.sha256}, {got.source}\n", encoding="utf-8")
         return entry, ""
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def source_of(entry: Path) -> str:
-    """What a public-base cache entry was made from ("flashinfer_python-0.2.6.post1.tar.gz (instead of ...)")."""
+    """What a public-base cache entry was made from ("flashinfer_python-0.2.6.tar.gz, sha256 ...")."""
     try:
         text = (entry / COMPLETE_MARKER).read_text(encoding="utf-8").strip()
     except OSError:
@@ -284,54 +306,9 @@ def source_of(entry: Path) -> str:
     return text.split(" from ", 1)[1] if " from " in text else ""
 
 
-def _local_archive(name: str, version: str) -> tuple[Path | None, str]:
-    """A wheel or sdist of `name` at `version` (or a post-release of it) in $METAX_AUDIT_FIND_LINKS."""
-    import os
-
-    stem = re.sub(r"[-_.]+", "_", name).lower()
-    candidates: list[tuple[int, str, Path]] = []
-    for folder in filter(None, os.environ.get(FIND_LINKS_ENV, "").split(os.pathsep)):
-        for path in sorted(Path(folder).glob("*")) if Path(folder).is_dir() else ():
-            m = re.match(r"^(.+?)-(\d[^-]*?)(?:\.tar\.gz|\.zip|-.*\.whl)$", path.name)
-            if not m or re.sub(r"[-_.]+", "_", m.group(1)).lower() != stem:
-                continue
-            found = m.group(2)
-            if found == version:
-                candidates.append((0, found, path))
-            elif re.fullmatch(re.escape(version) + r"\.?post(\d+)", found):
-                candidates.append((1, found, path))
-    if not candidates:
-        return None, ""
-    best = sorted(candidates, key=lambda c: (c[0], -int(re.sub(r"\D", "", c[1].rsplit("post", 1)[-1]) or 0)))[0]
-    return best[2], "" if best[0] == 0 else f"{version} not among the local archives"
-
-
 def _ensure(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _download(public: str, dest: Path, python: str | None) -> tuple[Path | None, str]:
-    """A wheel when the release has one (no build step); else the sdist, whose metadata pip prepares
-    with the target interpreter without build isolation (no build dependencies are installed)."""
-    why = ""
-    for extra in (["--only-binary=:all:"], ["--no-binary=:all:", "--no-build-isolation"]):
-        out = tempdirs.make("wheel" if extra[0].startswith("--only") else "sdist", dest)
-        done = subproc.run_python(python or sys.executable, ["-m", "pip", "download", "--no-deps", *extra, "-d", str(out),
-                                                              public], timeout=PIP_TIMEOUT_S, isolated=True)
-        found = sorted(p for p in out.iterdir() if p.is_file())
-        if done.returncode == 0 and not done.timed_out and found:
-            return found[0], ""
-        why = "timed out" if done.timed_out else _pip_reason(done.stderr or done.stdout or "", done.returncode)
-    return None, f"pip download {public}: {why}"
-
-
-def _pip_reason(output: str, returncode: int) -> str:
-    """The line of pip's output that says why: the build backend's own error when metadata failed."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    noise = ("subprocess-exited-with-error", "metadata-generation-failed", "hint:", "note:", "See above")
-    causes = [ln for ln in lines if re.search(r"(^ERROR|[Ee]rror:)", ln) and not any(n in ln for n in noise)]
-    return (causes or lines or [f"exit {returncode}"])[-1]
 
 
 def extract_sources(archive: Path, module: str, target: Path) -> int:
@@ -369,11 +346,16 @@ def _members(archive: Path) -> dict[str, bytes]:
     return out
 
 
-def mark_stand_ins(facts: StackFacts, stand_ins: Sequence[StackBinding]) -> StackFacts:
-    """Say on each fact read from a public-base stand-in what it stands for (the evidence names it)."""
+def mark_stand_ins(facts: StackFacts, stand_ins: Sequence[StackBinding], extended: Sequence[str] = ()) -> StackFacts:
+    """Say on each fact read from a public-base stand-in what it stands for (the evidence names it), and
+    whether config's vendor-extends says the vendor build adds to that public API (then what the public
+    base lacks is a warning: the vendor build may take it; else an error: the build derives from that release)."""
     by_module = {b.pin.module: b for b in stand_ins}
     if not by_module:
         return facts
-    marked = {t: replace(f, stand_in=by_module[t.split(".")[0]].stand_in) if t.split(".")[0] in by_module else f
+    wider = {canonical(m) for m in extended}
+    marked = {t: replace(f, stand_in=by_module[t.split(".")[0]].stand_in,
+                         stand_in_extended=canonical(t.split(".")[0]) in wider or canonical(by_module[t.split(".")[0]].pin.distribution) in wider)
+              if t.split(".")[0] in by_module else f
               for t, f in facts.facts.items()}
     return replace(facts, facts=marked)

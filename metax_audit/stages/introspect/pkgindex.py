@@ -1,0 +1,198 @@
+# The package index as pip is configured here (its config files, PIP_* variables, $METAX_AUDIT_FIND_LINKS):
+# find one release's file through the simple API (PEP 503/691) or a find-links folder, download it, check its hash.
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+# Why unearth (pdm's finder) and not hand-written index parsing, nor pypi-simple: it reads PEP 503 HTML and
+# PEP 691 JSON pages, file:// indexes and find-links folders alike, evaluates candidates with `packaging`
+# (names, versions, yanked files, hashes in the link), and downloads with hash checking; it never builds or
+# imports what it finds. pypi-simple parses pages only (no find-links folders, no file:// index, no download
+# with hash check) and brings beautifulsoup4, pydantic and requests along. unearth is pure Python.
+
+FIND_LINKS_ENV = "METAX_AUDIT_FIND_LINKS"  # folders (or URLs) of wheels/sdists, os.pathsep-separated, tried first
+DEFAULT_INDEX = "https://pypi.org/simple/"
+PIP_CONFIG_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class IndexSource:
+    url: str  # a find-links folder or URL, or an index's simple URL
+    kind: str  # "find-links" | "index"
+    origin: str  # where it was configured: "$METAX_AUDIT_FIND_LINKS", "pip config global.find-links", "--index-url"...
+
+
+@dataclass(frozen=True)
+class Sources:
+    sources: tuple[IndexSource, ...]
+    skipped: tuple[str, ...] = ()  # configured but absent (a local index folder that does not exist), with why
+
+    def describe(self) -> str:
+        return ", ".join(f"{s.url} ({s.origin})" for s in self.sources) or "no index"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    path: Path  # the downloaded (or local) file
+    filename: str
+    version: str
+    sha256: str  # of the file's bytes, computed here
+    source: str  # the index or folder it came from
+    verified: bool  # the index published a hash and the file matched it
+
+
+@dataclass(frozen=True)
+class NotFetched:
+    why: str  # one clause: what was asked where, and what each source answered
+    definitive: bool  # every source answered (none was unreachable): safe to remember
+
+
+def _split(value: str) -> list[str]:
+    return [v for v in re.split(r"\s+", value.strip()) if v]
+
+
+def pip_settings(python: str | None = None) -> tuple[dict[str, str], str]:
+    """pip's own reading of its config files and PIP_* variables (`pip config list`: key -> value, keys such
+    as `global.index-url`, `download.find-links`, `:env:.find-links`), and a note when pip could not say
+    (then the PIP_* variables are read directly). Asked of pip so that the files, their order and the
+    variables are pip's, whatever its version."""
+    from metax_audit.core import subproc
+
+    done = subproc.run_python(python or sys.executable, ["-m", "pip", "config", "list"], timeout=PIP_CONFIG_TIMEOUT_S)
+    if done.returncode != 0 or done.timed_out:
+        env = {f":env:.{k[4:].lower().replace('_', '-')}": v for k, v in os.environ.items() if k.startswith("PIP_")}
+        return env, "pip config list failed: PIP_* variables read directly"
+    out: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        m = re.match(r"^([^=\s]+)=(['\"]?)(.*)\2$", line.strip())
+        if m:
+            out[m.group(1)] = m.group(3)
+    return out, ""
+
+
+def configured_sources(*, index_url: str | None = None, find_links: Sequence[str] = (),
+                       settings: dict[str, str] | None = None) -> Sources:
+    """Where a release is looked for, in order: $METAX_AUDIT_FIND_LINKS, the given find-links, pip's
+    find-links, then the index (the given one, else pip's index-url, else PyPI) and pip's extra indexes
+    (none of them with no-index). Local folders and file:// indexes that do not exist are skipped, and said."""
+    settings = pip_settings()[0] if settings is None else settings
+
+    def setting(key: str) -> tuple[str, str] | None:
+        for scope in (":env:", "download", "global"):  # pip: variables over the command's section over [global]
+            if f"{scope}.{key}" in settings:
+                return settings[f"{scope}.{key}"], ("PIP_" + key.upper().replace("-", "_") if scope == ":env:"
+                                                    else f"pip config {scope}.{key}")
+        return None
+
+    found: list[IndexSource] = []
+    found += [IndexSource(p, "find-links", f"${FIND_LINKS_ENV}") for p in os.environ.get(FIND_LINKS_ENV, "").split(os.pathsep) if p]
+    found += [IndexSource(p, "find-links", "--find-links") for p in find_links]
+    if (links := setting("find-links")) is not None:
+        found += [IndexSource(p, "find-links", links[1]) for p in _split(links[0])]
+    no_index = setting("no-index")
+    if not (no_index and no_index[0].lower() in ("1", "true", "yes", "on")):
+        main = (index_url, "--index-url") if index_url else setting("index-url") or (DEFAULT_INDEX, "the default index")
+        found += [IndexSource(u, "index", main[1]) for u in _split(main[0])[:1]]
+        if (extra := setting("extra-index-url")) is not None:
+            found += [IndexSource(u, "index", extra[1]) for u in _split(extra[0])]
+    kept: list[IndexSource] = []
+    skipped: list[str] = []
+    for s in dict.fromkeys(found):
+        local = _local_path(s.url)
+        if local is not None and not local.exists():
+            skipped.append(f"{s.url} ({s.origin}) does not exist")
+        else:
+            kept.append(s)
+    return Sources(tuple(kept), tuple(skipped))
+
+
+def _local_path(url: str) -> Path | None:
+    if url.startswith("file:"):
+        return Path(unquote(urlparse(url).path))
+    if "://" not in url:
+        return Path(url).expanduser()
+    return None
+
+
+class _Heard(logging.Handler):
+    """unearth says why a page could not be read only in its log: kept here as the source's answer."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _listening() -> Iterator[_Heard]:
+    logger = logging.getLogger("unearth")
+    heard = _Heard()
+    saved = logger.propagate
+    logger.addHandler(heard)
+    logger.propagate = False  # nothing of unearth's reaches the user's terminal: it is part of the answer
+    try:
+        yield heard
+    finally:
+        logger.removeHandler(heard)
+        logger.propagate = saved
+
+
+def fetch(name: str, version: str, dest: Path, sources: Sources) -> Fetched | NotFetched:
+    """The file of `name==version` (else of its newest post-release, same code line) from the first source
+    that has one, downloaded into `dest` (a local file is used where it lies), its hash checked against
+    the one the index published. Nothing is built, installed or imported."""
+    absent: dict[str, None] = {}  # sources that answered "not here"
+    failed: dict[str, str] = {}  # sources that could not answer, with why
+    for spec in (f"{name}=={version}", f"{name}>={version}.post0,<{version}.post100000"):
+        for source in sources.sources:
+            got, answer, ok = _from_source(spec, source, dest)
+            if got is not None:
+                return got
+            if ok:
+                absent[source.url] = None
+            else:
+                failed.setdefault(source.url, answer)
+    parts = []
+    if absent:
+        parts.append(f"{name}=={version} (nor a post-release) is on none of {', '.join(absent)}")
+    if failed:
+        parts.append("could not ask " + "; ".join(f"{url}: {why}" for url, why in failed.items()))
+    if sources.skipped:
+        parts.append(f"skipped {', '.join(sources.skipped)}")
+    return NotFetched("; ".join(parts) or "no index configured", definitive=not failed)
+
+
+def _from_source(spec: str, source: IndexSource, dest: Path) -> tuple[Fetched | None, str, bool]:
+    """(the file, "", True) or (None, what the source answered, whether it answered at all)."""
+    import unearth
+    from unearth.preparer import download_link
+
+    kind = {"index_urls": [source.url]} if source.kind == "index" else {"find_links": [source.url]}
+    with _listening() as heard:
+        try:
+            # ignore_compatibility: only the .py files are read, so a wheel for any platform serves
+            finder = unearth.PackageFinder(**kind, ignore_compatibility=True)  # type: ignore[arg-type]
+            best = next(iter(finder.find_matches(spec)), None)
+        except Exception as exc:  # an unreachable index, a refused connection, a broken page: this source's answer
+            return None, f"{type(exc).__name__}: {exc}", False
+        failed = [h for h in heard.lines if "Client Error(404)" not in h]
+        if best is None:
+            return None, failed[-1] if failed else f"no file of {spec}", not failed
+        try:
+            path = download_link(finder.session, best.link, dest, hashes=best.link.hash_option)
+        except Exception as exc:  # a hash mismatch or a broken download is this source's answer, not a crash
+            return None, f"{best.link.filename}: {type(exc).__name__}: {exc}", False
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return Fetched(path, best.link.filename, str(best.version), digest, source.url,
+                   verified=bool(best.link.hash_option)), "", True
