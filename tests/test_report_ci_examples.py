@@ -18,7 +18,9 @@ def test_github_actions_example():
     assert "metax-audit review $gate --upstream vllm==" in runs
     # pull requests gate on new findings against the merge base; pushes to main give the baseline
     assert "--merge-base origin/${{ github.base_ref }} --new-only" in runs and "push" in on
-    assert "--format md,json,sarif,junit --output-dir reports" in runs
+    assert "--format md,json,sarif,junit,github --output-dir reports" in runs
+    # installed from this project's own source, never a package-index name that does not exist
+    assert "pip install metax-audit\n" not in runs + "\n" and 'pip install "metax-audit @ git+' in runs
     assert "GITHUB_STEP_SUMMARY" in runs and "head -c" in runs
     uses = [s.get("uses", "") for s in steps]
     assert any(u.startswith("github/codeql-action/upload-sarif@") for u in uses)
@@ -35,9 +37,33 @@ def test_pre_commit_hook():
 
 
 def test_pre_commit_config_example_uses_the_hook():
+    # a local hook installed from this project's source; the gate's settings live in the port's config
+    from packaging.requirements import Requirement
+
     cfg = yaml.safe_load((ROOT / "docs" / "pre-commit-config.example.yaml").read_text(encoding="utf-8"))
-    (hook,) = cfg["repos"][0]["hooks"]
-    assert hook["id"] == "metax-audit" and "--upstream" in hook["args"]
+    repo = cfg["repos"][0]
+    (hook,) = repo["hooks"]
+    (shipped,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    assert repo["repo"] == "local" and hook["id"] == shipped["id"] and hook["entry"] == shipped["entry"]
+    assert hook["language"] == "python" and "args" not in hook
+    (dep,) = hook["additional_dependencies"]
+    req = Requirement(dep)
+    assert req.name == "metax-audit" and (req.url or "").startswith("file:///")
+
+
+def test_the_examples_gate_settings_are_valid_config(tmp_path: Path) -> None:
+    # the .metax-audit.yaml the example shows (its commented lines) is a config this version accepts
+    import re
+
+    from metax_audit.core.config import _load_file
+
+    text = (ROOT / "docs" / "pre-commit-config.example.yaml").read_text(encoding="utf-8")
+    lines = [m.group(1) for m in re.finditer(r"^#     ([a-z-]+: .*?)(?:\s+#.*)?$", text, re.M)]
+    assert [ln.split(":")[0] for ln in lines] == ["upstream", "base", "stack", "allow-unbound"]
+    path = tmp_path / ".metax-audit.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    config = _load_file(path)
+    assert (config.upstream, config.stack, config.allow_unbound) == ("vllm==0.26.0", ".metax-audit/stack.json", ())
 
 
 def test_cli_accepts_every_option_the_examples_use():
