@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fingerprint, git
+from conftest import fingerprint, git, write_tree
 
 from metax_audit import demo
 from metax_audit.stages.snapshot import snapshot
@@ -195,7 +195,13 @@ def test_metadata_queries_in_the_target_interpreter_run_no_customize_module(tmp_
     from metax_audit.stages.introspect.stack_pins import installed_versions
 
     python, markers = editable_install(tmp_path, demo_repo)
-    assert installed_versions(["pytest", "no-such-dist"], str(python)) == {"pytest": __import__("pytest").__version__}
+    # a distribution of the inner venv's own: with --system-site-packages a venv sees the base interpreter's
+    # site-packages, not those of the venv the tests run in (README's fresh venv), so pytest may be absent there
+    site_dir = Path(subprocess.run([str(python), "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())  # -S: no .pth, no sitecustomize
+    write_tree(site_dir, {"fixture_kernel-1.2.3.dist-info/METADATA":
+                          "Metadata-Version: 2.1\nName: fixture-kernel\nVersion: 1.2.3\n"})
+    assert installed_versions(["fixture-kernel", "no-such-dist"], str(python)) == {"fixture-kernel": "1.2.3"}
     with pytest.raises(snapshot_mod.SnapshotError, match="no installed distribution provides 'vllm_metax'"):
         snapshot_mod._export_installed("vllm_metax", tmp_path / "export", str(python))
     assert [m for m in markers if m.exists()] == []
