@@ -17,7 +17,7 @@ RECORDS: dict[str, tuple[str, ...]] = {
         "ConfigSwitch", "Coverage", "Difference", "Discovery", "FileComparison", "FileRecord", "Finding",
         "FlowEnd", "FlowStep", "Location", "LseFlow", "ParseProblem", "ParseProblemKind", "PriorityList",
         "ProbeRequest", "ProbeResult", "Registration", "Severity", "SkippedFile", "SnapshotInfo", "SourceFile",
-        "StageRecord", "TestRun", "Unresolved", "UnresolvedKind", "UpstreamInfo",
+        "StageRecord", "TestRun", "UnboundPackage", "Unresolved", "UnresolvedKind", "UpstreamInfo",
     ),
     "metax_audit.core.config": ("AuditConfig",),
     "metax_audit.pipeline.incremental": ("RevisionEntry",),
