@@ -35,7 +35,7 @@ def device_evidence() -> dict[str, Any]:
     import torch
 
     from metax_audit.core.subproc import run
-    from probes.device import describe
+    from metax_audit.probes.device import describe
 
     ev = describe("cuda")
     props = torch.cuda.get_device_properties(0)
@@ -63,7 +63,7 @@ def run_grid(
 
     from metax_audit.stages.probing.kernels.h2o import h2o_scores
     from metax_audit.stages.probing.kernels.h2o_reference import h2o_scores_reference
-    from probes.h2o import build_case, checks_pass, score_checks, true_lse
+    from metax_audit.probes.h2o import build_case, checks_pass, score_checks, true_lse
 
     rows = []
     i = 0
@@ -274,7 +274,7 @@ def run_bench(tune: bool) -> dict[str, Any]:
     # correctness on the benchmark shape: own LSE vs the dense reference, FlashInfer's LSE vs it
     ref = h2o_scores_reference(c["q"], c["cache"], **paging, scale=scale)
     own = h2o_scores(c["q"], c["cache"], **paging, scale=scale, max_seq_len=c["max_len"])
-    from probes.h2o import score_checks
+    from metax_audit.probes.h2o import score_checks
 
     res["check_own_lse"] = score_checks(own, ref, c["lens"], 4)
     lse_src = "flashinfer (base 2)"
@@ -422,8 +422,8 @@ def render_md(doc: dict[str, Any]) -> str:
 
 
 def run_probe() -> dict[str, Any]:
-    from probes.base import ProbeContext
-    from probes.runner import run_one
+    from metax_audit.probes.base import ProbeContext
+    from metax_audit.probes.runner import run_one
 
     res = run_one("h2o", "h2o-scores", "metax-audit", ProbeContext(device="cuda")).to_json()
     print("probe", res["verdict"], res["matched"], res.get("skipped_reason"), flush=True)

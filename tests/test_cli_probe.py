@@ -18,7 +18,7 @@ def test_reference_passes_and_wrong_lse_base_is_caught(tmp_path: Path) -> None:
     ok = runner.invoke(app, ["probe", "--target", "torch-reference", "--family", "paged-decode", "--probes", "lse",
                              "--device", "cpu", "--output-dir", str(tmp_path / "ok")])
     assert ok.exit_code == 0, ok.output
-    bad = runner.invoke(app, ["probe", "--target", "probes.wrong_variants:log2_lse_decode", "--family", "paged-decode",
+    bad = runner.invoke(app, ["probe", "--target", "metax_audit.probes.wrong_variants:log2_lse_decode", "--family", "paged-decode",
                               "--probes", "lse", "--device", "cpu", "--output-dir", str(tmp_path / "bad")])
     assert bad.exit_code == 1, bad.output
     data = json.loads((tmp_path / "bad" / "probes.json").read_text())

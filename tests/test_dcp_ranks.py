@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
 
-from probes.base import ProbeContext  # noqa: E402
-from probes.runner import run_one  # noqa: E402
+from metax_audit.probes.base import ProbeContext  # noqa: E402
+from metax_audit.probes.runner import run_one  # noqa: E402
 
-WV = "probes.wrong_variants"
+WV = "metax_audit.probes.wrong_variants"
 CASES = [
     ("torch-reference", {}, "consistent"),
     (f"{WV}:log2_lse_decode", {}, "producer-base-2/reduce-base-e"),

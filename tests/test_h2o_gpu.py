@@ -29,7 +29,7 @@ GRID = [
 def test_triton_kernel_matches_reference(dtype, head_dim, page, layout, paging, lse, reduce):
     torch = _need_triton()
     from metax_audit.stages.probing.kernels import h2o_scores, h2o_scores_reference
-    from probes.h2o import build_case, checks_pass, score_checks, true_lse
+    from metax_audit.probes.h2o import build_case, checks_pass, score_checks, true_lse
 
     lens = (1, 0, 333, 2 * page, 20 * page + 3)
     fp8 = dtype == "float8_e4m3fn"
@@ -48,7 +48,7 @@ def test_triton_kernel_matches_reference(dtype, head_dim, page, layout, paging, 
 def test_block_scores_and_csr_agree_on_gpu():
     torch = _need_triton()
     from metax_audit.stages.probing.kernels import block_scores
-    from probes.h2o import build_case
+    from metax_audit.probes.h2o import build_case
 
     bt = build_case(lens=(70, 0, 500), device="cuda", seed=11)
     csr = build_case(lens=(70, 0, 500), device="cuda", seed=11, paging="indptr")
@@ -61,8 +61,8 @@ def test_block_scores_and_csr_agree_on_gpu():
 
 def test_h2o_probe_matches_on_cuda():
     _need_triton()
-    from probes.base import ProbeContext
-    from probes.runner import run_one
+    from metax_audit.probes.base import ProbeContext
+    from metax_audit.probes.runner import run_one
 
     out = run_one("h2o", "h2o-scores", "metax-audit", ProbeContext(device="cuda"))
     assert out.verdict == "matched", (out.matched, out.details)

@@ -7,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from metax_audit.stages.probing.kernels import h2o_scores_reference  # noqa: E402
-from probes.base import ProbeContext  # noqa: E402
-from probes.h2o import CONTROLS, build_case, probe_h2o, score_checks, topk_agreement  # noqa: E402
-from probes.registry import registry, wrap_callable  # noqa: E402
-from probes.runner import run_one  # noqa: E402
+from metax_audit.probes.base import ProbeContext  # noqa: E402
+from metax_audit.probes.h2o import CONTROLS, build_case, probe_h2o, score_checks, topk_agreement  # noqa: E402
+from metax_audit.probes.registry import registry, wrap_callable  # noqa: E402
+from metax_audit.probes.runner import run_one  # noqa: E402
 
 CTX = ProbeContext(device="cpu")
 
@@ -53,7 +53,7 @@ def vllm_only(q, kv_cache, *, block_table, seq_lens, scale, kv_layout="NHD", red
 def test_family_and_probe_are_discovered():
     reg = registry()
     assert "h2o" in reg.probes and "h2o-scores" in reg.families
-    assert "probes.h2o" not in reg.broken
+    assert "metax_audit.probes.h2o" not in reg.broken
 
 
 @pytest.mark.parametrize("target", ["torch-reference", "metax-audit"])
@@ -94,7 +94,7 @@ def test_leaking_padding_fails_the_zero_check():
 
 
 def test_missing_scale_control_is_not_checkable():
-    from probes.base import ControlAbsent
+    from metax_audit.probes.base import ControlAbsent
 
     with pytest.raises(ControlAbsent):
         probe_h2o(_wrap(no_scale_control), CTX)

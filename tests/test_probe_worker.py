@@ -17,13 +17,13 @@ from metax_audit.stages import probing
 def test_hang_and_crash_are_errors_and_the_worker_carries_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pidfile = tmp_path / "pids"
     monkeypatch.setenv("PROBE_TEST_PIDFILE", str(pidfile))
-    rs = probing.run_probes(target="probes.wrong_variants:misbehaving_decode", family="paged-decode",
+    rs = probing.run_probes(target="metax_audit.probes.wrong_variants:misbehaving_decode", family="paged-decode",
                             probes=("lse", "fp8-scale", "padding", "layout"), device="cpu", timeout=40)
     assert [r.verdict for r in rs] == ["matched", "error", "error", "matched"], [(r.verdict, r.skipped_reason) for r in rs]
     assert "timed out after 40s" in (rs[1].skipped_reason or "")
     assert "exited with 7" in (rs[2].skipped_reason or "")
     assert "dying on purpose" in rs[2].details["stderr_tail"]
-    assert rs[2].details["rerun"].startswith("python -m probes run --probe padding")
+    assert rs[2].details["rerun"].startswith("python -m metax_audit.probes run --probe padding")
     pids = {int(x) for x in pidfile.read_text().split()}
     assert len(pids) == 3  # first worker (hung), second (crashed), third (finished)
     for pid in pids:

@@ -1,4 +1,4 @@
-# `python -m probes` (the subprocess entry point and the "rerun one case" command): list and run
+# `python -m metax_audit.probes` (the subprocess entry point and the "rerun one case" command): list and run
 # print machine-readable output; the outcome record round-trips through JSON.
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from probes.__main__ import MARKER, main
-from probes.base import ProbeOutcome
+from metax_audit.probes.__main__ import MARKER, main
+from metax_audit.probes.base import ProbeOutcome
 
 
 def test_list_names_probes_families_and_conventions(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,10 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from probes.base import ProbeContext  # noqa: E402
-from probes.runner import run_one  # noqa: E402
+from metax_audit.probes.base import ProbeContext  # noqa: E402
+from metax_audit.probes.runner import run_one  # noqa: E402
 
-WV = "probes.wrong_variants"
+WV = "metax_audit.probes.wrong_variants"
 
 REFERENCE_CASES = [
     ("lse", "paged-decode", "torch-reference", {}, "base-e/[T,H]"),
@@ -141,8 +141,8 @@ def test_flashinfer_target_skips_without_cuda() -> None:
 
 
 def test_triton_op_adapter_skips_with_the_import_error(tmp_path) -> None:
-    from probes.base import ProbeSkip
-    from probes.families.vllm_ops import load_op
+    from metax_audit.probes.base import ProbeSkip
+    from metax_audit.probes.families.vllm_ops import load_op
 
     ops = tmp_path / "vllm" / "v1" / "attention" / "ops"
     ops.mkdir(parents=True)
@@ -162,13 +162,13 @@ def test_triton_targets_skip_on_cpu() -> None:
 def test_host_sync_during_capture_is_named_with_its_line() -> None:
     import inspect
 
-    from probes import wrong_variants
+    from metax_audit.probes import wrong_variants
 
     out = run_one("graph-capture", "paged-decode", f"{WV}:HostSyncDecode()", ProbeContext(device="cpu", options={"simulate": "1"}))
     assert out.verdict == "mismatch"
     src, first = inspect.getsourcelines(wrong_variants.HostSyncDecode.run)
     line = first + next(i for i, ln in enumerate(src) if "int(m[\"seq_lens\"][b])" in ln)
-    assert out.matched == f"not-capturable: host sync at probes/wrong_variants.py:{line}"
+    assert out.matched == f"not-capturable: host sync at metax_audit/probes/wrong_variants.py:{line}"
     assert "Tensor.__int__()" in out.details["host sync"]
 
 
@@ -179,10 +179,10 @@ def test_plain_callable_graph_capture_is_not_checkable_on_cpu() -> None:
 
 
 def test_declared_nan_on_empty_is_held_to_its_declaration() -> None:
-    from probes import wrong_variants
-    from probes.base import ProbeContext as Ctx
-    from probes.lse import run as lse_run
-    from probes.registry import wrap_callable
+    from metax_audit.probes import wrong_variants
+    from metax_audit.probes.base import ProbeContext as Ctx
+    from metax_audit.probes.lse import run as lse_run
+    from metax_audit.probes.registry import wrap_callable
 
     fn = wrong_variants.nan_on_empty_decode
     target = wrap_callable("declared", "paged-decode", fn, ("sm_scale", "kv_layout", "k_scale", "v_scale", "return_lse"))
@@ -194,7 +194,7 @@ def test_declared_nan_on_empty_is_held_to_its_declaration() -> None:
 
 
 def test_identity_block_table_reads_stay_in_bounds_and_are_wrong() -> None:
-    from probes import _scenario as sc
+    from metax_audit.probes import _scenario as sc
 
     for lens in ([37, 64, 5], [37, 0, 20, 0], [64, 64, 64]):
         s = sc.build("paged-decode", device="cpu", seed=0, seq_lens=lens)

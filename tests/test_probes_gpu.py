@@ -25,8 +25,8 @@ needs_flashinfer = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is 
 @needs_cuda
 @pytest.mark.parametrize("probe", ["lse", "layout", "fp8-scale", "padding"])
 def test_reference_on_gpu(probe: str) -> None:
-    from probes.base import ProbeContext
-    from probes.runner import run_one
+    from metax_audit.probes.base import ProbeContext
+    from metax_audit.probes.runner import run_one
 
     out = run_one(probe, "paged-decode", "torch-reference", ProbeContext(device="cuda"))
     assert out.verdict == "matched", out.skipped_reason
@@ -35,8 +35,8 @@ def test_reference_on_gpu(probe: str) -> None:
 @needs_cuda
 @needs_flashinfer
 def test_flashinfer_decode_lse_is_base2_and_dcp_pairs() -> None:
-    from probes.base import ProbeContext
-    from probes.runner import run_one
+    from metax_audit.probes.base import ProbeContext
+    from metax_audit.probes.runner import run_one
 
     fi = "flashinfer:BatchDecodeWithPagedKVCacheWrapper"
     lse = run_one("lse", "paged-decode", fi, ProbeContext(device="cuda"))
@@ -50,14 +50,14 @@ def test_flashinfer_decode_lse_is_base2_and_dcp_pairs() -> None:
 
 
 @needs_cuda
-@pytest.mark.parametrize(("target", "needle"), [("probes.wrong_variants:HostSyncDecode()", 'int(m["seq_lens"][b])'),
-                                                 ("probes.wrong_variants:h2d_scale_decode", "torch.tensor(1.0")])
+@pytest.mark.parametrize(("target", "needle"), [("metax_audit.probes.wrong_variants:HostSyncDecode()", 'int(m["seq_lens"][b])'),
+                                                 ("metax_audit.probes.wrong_variants:h2d_scale_decode", "torch.tensor(1.0")])
 def test_host_sync_during_capture_is_named_on_gpu(target: str, needle: str) -> None:
     import inspect
 
-    from probes import wrong_variants
-    from probes.base import ProbeContext
-    from probes.runner import run_one
+    from metax_audit.probes import wrong_variants
+    from metax_audit.probes.base import ProbeContext
+    from metax_audit.probes.runner import run_one
 
     out = run_one("graph-capture", "paged-decode", target, ProbeContext(device="cuda"))
     assert out.verdict == "mismatch" and (out.matched or "").startswith("not-capturable: host sync at "), (out.matched, out.skipped_reason)

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from probes.families import _maca_shim
+from metax_audit.probes.families import _maca_shim
 
 
 class _FakeJIT:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from probes.families._flashinfer import prefill_target
+from metax_audit.probes.families._flashinfer import prefill_target
 
 
 class _RaggedLike:

@@ -100,7 +100,7 @@ def _outcome(verdict: str, matched: str | None, **kw: object) -> dict:
 
 
 def test_mismatch_becomes_lse_finding_with_hypothesis_errors() -> None:
-    r = from_outcome(_outcome("mismatch", "base-2/[T,H]"), rerun="python -m probes run ...")
+    r = from_outcome(_outcome("mismatch", "base-2/[T,H]"), rerun="python -m metax_audit.probes run ...")
     assert r.hypotheses["base-e/[H,T]"] == float("inf")
     [f] = list(probe_findings([r]))
     assert f.rule == "MXA400" and f.category is Category.LSE and f.severity is Severity.ERROR

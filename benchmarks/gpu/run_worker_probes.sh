@@ -24,7 +24,7 @@ for phase in cold warm; do
   tail -3 "$W/$phase.log"
 done
 FI=flashinfer:BatchDecodeWithPagedKVCacheWrapper
-WV=probes.wrong_variants
+WV=metax_audit.probes.wrong_variants
 s=$(date +%s%N)
 timeout "${TRITON_S:-200}" python3 -m metax_audit.stages.probing --device cuda --timeout 150 --out "$W/triton" \
   --target port-triton:decode_attention_fwd@paged-decode --target vllm-triton:decode_attention_fwd@paged-decode \

@@ -103,7 +103,7 @@ def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]
         targets = sorted({r.target for r in no_dev})
         ran = sorted({r.target for r in shown if r.verdict != "skipped"})
         print(f"{NO_DEVICE}: skipped {len(no_dev)} probe(s) of {', '.join(targets)} without starting them"
-              + (f"; ran on CPU: {', '.join(ran)}" if ran else "; on CPU run --backend torch-reference (graph-capture of a plan/run target: python -m probes run ... --option simulate=1)"))
+              + (f"; ran on CPU: {', '.join(ran)}" if ran else "; on CPU run --backend torch-reference (graph-capture of a plan/run target: python -m metax_audit.probes run ... --option simulate=1)"))
     if written:
         print(f"reports: {', '.join(str(p) for p in written)}")
 

@@ -37,7 +37,7 @@ def run_probes(
     options: Mapping[str, str] | None = None,
     port_packages: Sequence[str] = DEFAULT_PORT,
 ) -> list[ProbeResult]:
-    """Run probes on `target`, all in one worker subprocess (`python -m probes worker`).
+    """Run probes on `target`, all in one worker subprocess (`python -m metax_audit.probes worker`).
 
     `family` may be None for a built-in target name that belongs to exactly one family. An
     empty `probes` means every probe that applies to the family. `python` is the target
@@ -167,14 +167,14 @@ def probe_line(r: ProbeResult) -> str:
 
 
 class _Worker:
-    """One `python -m probes worker` process for one target; restarted after a crash or hang."""
+    """One `python -m metax_audit.probes worker` process for one target; restarted after a crash or hang."""
 
     def __init__(self, python: str, target: str, family: str, device: str, env: Mapping[str, str], timeout: float,
                  strict: bool, never_import: tuple[str, ...] | None = None) -> None:
         self._strict = strict
         self._never_import = never_import
         self._unloadable: str | None = None
-        self._args = ["-m", "probes", "worker", "--family", family, "--target", target, "--device", device]
+        self._args = ["-m", "metax_audit.probes", "worker", "--family", family, "--target", target, "--device", device]
         self._python, self._env, self._timeout = python, dict(env), timeout
         self._target, self._family = target, family
         self._proc: Any = None

@@ -15,7 +15,7 @@ def _discover() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Probes and families the `probes` package provides (h2o joins when present); the built-in
     lists when the package cannot be imported here (it runs in the target interpreter anyway)."""
     try:
-        from probes.registry import registry
+        from metax_audit.probes.registry import registry
 
         reg = registry()
         probes = tuple(dict.fromkeys((*BUILTIN_PROBES, *reg.probes)))
@@ -44,7 +44,7 @@ def applicable(family: str) -> tuple[str, ...]:
     if family in APPLIES:
         return APPLIES[family]
     try:
-        from probes.registry import registry
+        from metax_audit.probes.registry import registry
 
         return tuple(n for n, p in registry().probes.items() if family in p.families)
     except Exception:
@@ -82,7 +82,7 @@ _TRACE_MAP = (
 
 
 def _rerun(probe: str, family: str, target: str, options: Mapping[str, str]) -> str:
-    return f"python -m probes run --probe {probe} --family {family} --target {target}" + "".join(f" --option {k}={v}" for k, v in options.items())
+    return f"python -m metax_audit.probes run --probe {probe} --family {family} --target {target}" + "".join(f" --option {k}={v}" for k, v in options.items())
 
 
 def _family_of(target: str) -> str:

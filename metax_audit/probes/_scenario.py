@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from probes import reference
-from probes.base import ControlAbsent, Target
+from metax_audit.probes import reference
+from metax_audit.probes.base import ControlAbsent, Target
 
 PAGED = ("paged-decode", "paged-prefill")
 ATTENTION_FAMILIES = ("paged-decode", "paged-prefill", "ragged-prefill")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar
 
-from probes.base import ProbeSkip
+from metax_audit.probes.base import ProbeSkip
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
@@ -83,7 +83,7 @@ def accepts(obj: Any, param: str) -> bool:
 def prefill_target(spec: str, family: str, fi_obj: Any, wrapper: str, controls: Any) -> Any:
     """The Target of a FlashInfer prefill adapter: its controls are what the installed wrapper's
     plan/run/__init__ accept, so a missing control makes a probe fail closed, not pass."""
-    from probes.base import Target, inspect_controls
+    from metax_audit.probes.base import Target, inspect_controls
 
     w = getattr(fi_obj._fi, wrapper)
     have = {c for c in ("k_scale", "v_scale", "return_lse") if accepts(w.run, c)}

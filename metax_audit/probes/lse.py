@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes import _scenario as sc
-from probes.base import (
+from metax_audit.probes import _scenario as sc
+from metax_audit.probes.base import (
     CaseResult,
     HypothesisError,
     ProbeContext,
@@ -24,7 +24,7 @@ HYPOTHESES = ("base-e/[T,H]", "base-2/[T,H]", "base-e/[H,T]", "base-2/[H,T]")
 
 
 def lse_hypotheses(lse_e: Any) -> dict[str, Any]:
-    from probes.reference import LN2
+    from metax_audit.probes.reference import LN2
 
     lse2 = lse_e / LN2
     return {"base-e/[T,H]": lse_e, "base-2/[T,H]": lse2, "base-e/[H,T]": lse_e.T.contiguous(), "base-2/[H,T]": lse2.T.contiguous()}
@@ -117,7 +117,7 @@ def _merge(target: Target, ctx: ProbeContext) -> ProbeOutcome:
 
     import torch
 
-    from probes.reference import merge_states
+    from metax_audit.probes.reference import merge_states
 
     g = torch.Generator().manual_seed(ctx.seed)
     T, H, D = 6, 4, 64

@@ -11,8 +11,8 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from probes import _scenario as sc
-from probes.base import (
+from metax_audit.probes import _scenario as sc
+from metax_audit.probes.base import (
     CaseResult,
     NotCheckable,
     ProbeContext,

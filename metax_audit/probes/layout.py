@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes import _scenario as sc
-from probes.base import CaseResult, ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
+from metax_audit.probes import _scenario as sc
+from metax_audit.probes.base import (
+    CaseResult,
+    ProbeContext,
+    ProbeOutcome,
+    ProbeSpec,
+    Target,
+    Tolerance,
+    case_result,
+    conclude,
+)
 
 TOL = Tolerance(atol=1e-2, rtol=1e-2)
 

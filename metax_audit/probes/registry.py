@@ -1,5 +1,5 @@
-# Discovers probes and families: every module of `probes` and `probes.families` that defines
-# module-level PROBES / FAMILIES tuples (so a new file such as probes/h2o.py joins by existing).
+# Discovers probes and families: every module of `probes` and `metax_audit.probes.families` that defines
+# module-level PROBES / FAMILIES tuples (so a new file such as metax_audit/probes/h2o.py joins by existing).
 from __future__ import annotations
 
 import importlib
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.base import FamilySpec, ProbeContext, ProbeSpec, Target, inspect_controls
+from metax_audit.probes.base import FamilySpec, ProbeContext, ProbeSpec, Target, inspect_controls
 
 # Modules that hold machinery, not probes: skipped by discovery to keep imports cheap.
 _NOT_PROBES = {"vllm_ops", "dcp_ranks", "base", "registry", "reference", "wrong_variants", "device", "runner", "report", "__main__"}
@@ -31,10 +31,10 @@ def registry() -> Registry:
     if _CACHE is not None:
         return _CACHE
     reg = Registry()
-    import probes
-    import probes.families
+    import metax_audit.probes
+    import metax_audit.probes.families
 
-    for pkg in (probes, probes.families):
+    for pkg in (metax_audit.probes, metax_audit.probes.families):
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
             if info.name in _NOT_PROBES or info.name.startswith("_") or info.ispkg:
                 continue

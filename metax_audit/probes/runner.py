@@ -1,5 +1,5 @@
 # Runs one probe on one target in-process and turns every way it can end (skip, absent control,
-# crash inside the kernel, broken probe inputs) into a ProbeOutcome; `python -m probes` calls it.
+# crash inside the kernel, broken probe inputs) into a ProbeOutcome; `python -m metax_audit.probes` calls it.
 from __future__ import annotations
 
 import sys
@@ -7,9 +7,9 @@ import time
 import traceback
 from typing import Any
 
-from probes.base import ControlAbsent, NotCheckable, ProbeContext, ProbeInputError, ProbeOutcome, ProbeSkip
-from probes.device import describe, resolve
-from probes.registry import load_target, registry
+from metax_audit.probes.base import ControlAbsent, NotCheckable, ProbeContext, ProbeInputError, ProbeOutcome, ProbeSkip
+from metax_audit.probes.device import describe, resolve
+from metax_audit.probes.registry import load_target, registry
 
 
 def run_one(probe: str, family: str, target: str, ctx: ProbeContext) -> ProbeOutcome:
@@ -34,7 +34,7 @@ def run_one(probe: str, family: str, target: str, ctx: ProbeContext) -> ProbeOut
         return ProbeOutcome(**base, verdict="skipped", device=device, skipped_reason=str(exc))
     except Exception as exc:
         return ProbeOutcome(**base, verdict="error", device=device, skipped_reason=f"target could not be loaded: {type(exc).__name__}: {exc}", evidence=(_tail(),))
-    shim = sys.modules.get("probes.families._maca_shim")  # present once a port op was loaded
+    shim = sys.modules.get("metax_audit.probes.families._maca_shim")  # present once a port op was loaded
     if shim is not None:
         shim.reset()
     try:
@@ -51,7 +51,7 @@ def run_one(probe: str, family: str, target: str, ctx: ProbeContext) -> ProbeOut
         out = ProbeOutcome(**base, verdict="error", skipped_reason=f"target raised {type(exc).__name__}: {str(exc)[:500]}", evidence=(f"target signature: {target}{tgt.signature}", _tail()))
     from dataclasses import replace
 
-    shim = sys.modules.get("probes.families._maca_shim")
+    shim = sys.modules.get("metax_audit.probes.families._maca_shim")
     extra = shim.evidence() if shim is not None else ()
     return replace(out, device={**device, **out.device}, seconds=round(time.perf_counter() - t0, 3), evidence=(*out.evidence, *extra))
 

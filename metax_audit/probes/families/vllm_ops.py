@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from probes.base import ProbeContext, ProbeSkip, Target, inspect_controls
+from metax_audit.probes.base import ProbeContext, ProbeSkip, Target, inspect_controls
 
 # target name -> (which source tree, file inside it, callable)
 OPS = {
@@ -17,7 +17,7 @@ OPS = {
     "port-triton:decode_attention_fwd": ("port", "vllm_metax/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd"),
     "vllm-triton:merge_attn_states": ("vllm", "vllm/v1/attention/ops/triton_merge_attn_states.py", "merge_attn_states"),
     "port-triton:merge_attn_states": ("port", "vllm_metax/v1/attention/ops/merge_attn_states.py", "merge_attn_states"),
-    # DCP cross-rank reductions (probes/dcp_ranks.py): Triton kernels plus collectives through a group object
+    # DCP cross-rank reductions (metax_audit/probes/dcp_ranks.py): Triton kernels plus collectives through a group object
     "vllm-triton:cp_lse_ag_out_rs": ("vllm", "vllm/v1/attention/ops/common.py", "cp_lse_ag_out_rs"),
     "vllm-triton:dcp_a2a_lse_reduce": ("vllm", "vllm/v1/attention/ops/dcp_alltoall.py", "dcp_a2a_lse_reduce"),
 }
@@ -95,7 +95,7 @@ def _install_shims(notes: list[str]) -> None:
     mod("vllm.platforms", current_platform=_Platform())
     mod("vllm.logger", init_logger=logging.getLogger)
     mod("vllm.distributed", __path__=[])
-    mod("vllm.distributed.parallel_state", GroupCoordinator=object)  # a type annotation only; probes/dcp_ranks.Group is passed
+    mod("vllm.distributed.parallel_state", GroupCoordinator=object)  # a type annotation only; metax_audit/probes/dcp_ranks.Group is passed
 
 
 _LOADED: dict[Path, types.ModuleType] = {}
@@ -144,10 +144,10 @@ def load_op(spec: str, ctx: ProbeContext) -> tuple[Any, tuple[str, ...]]:
 
         _install_shims(notes)
         if kind == "port":
-            from probes.families import _maca_shim
+            from metax_audit.probes.families import _maca_shim
 
             _maca_shim.install()
-            notes.append("MACA launch-option shim installed (probes/families/_maca_shim.py): MACA-only launch keywords "
+            notes.append("MACA launch-option shim installed (metax_audit/probes/families/_maca_shim.py): MACA-only launch keywords "
                          "of the port's kernels are removed, and each outcome says which")
             for mod_name, dep in PORT_NEEDS.get(spec, ()):
                 if mod_name not in sys.modules:

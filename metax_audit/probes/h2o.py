@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from probes.base import (
+from metax_audit.probes.base import (
     CaseResult,
     FamilySpec,
     ProbeContext,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes import _scenario as sc
-from probes.base import ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
+from metax_audit.probes import _scenario as sc
+from metax_audit.probes.base import ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
 
 K_SCALE, V_SCALE = 2.0, 0.25  # every pair of hypotheses below differs (swapped != inverted)
 TOL = Tolerance(atol=2e-2, rtol=2e-2)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes import _scenario as sc
-from probes.base import ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
-from probes.registry import load_target
+from metax_audit.probes import _scenario as sc
+from metax_audit.probes.base import ProbeContext, ProbeOutcome, ProbeSpec, Target, Tolerance, case_result, conclude
+from metax_audit.probes.registry import load_target
 
 TOL = Tolerance(atol=2e-2, rtol=2e-2)
 LENS_TOL = Tolerance(atol=0.5, rtol=0.0)
@@ -24,8 +24,8 @@ def _simulate(producer: Target, merger: Target, ctx: ProbeContext, ranks: int, i
 
     import torch
 
-    from probes import reference
-    from probes.reference import LN2
+    from metax_audit.probes import reference
+    from metax_audit.probes.reference import LN2
 
     g = torch.Generator().manual_seed(ctx.seed + 10 * ranks + interleave)
     seq_lens, hq, hkv, d, page = list(LENS), 4, 2, 128, 16
@@ -50,7 +50,7 @@ def _simulate(producer: Target, merger: Target, ctx: ProbeContext, ranks: int, i
         vc, _, _ = sc.page_tokens(lv, page, ctx.device)
         res = producer(q.to(ctx.device), kc, vc, bt, lens, sm_scale=scale, return_lse=True)
         if not isinstance(res, tuple | list) or len(res) < 2:
-            from probes.base import ControlAbsent
+            from metax_audit.probes.base import ControlAbsent
 
             raise ControlAbsent("return_lse", f"{producer.name}{producer.signature} (returned no LSE)")
         o, s = res[0], res[1]
@@ -93,7 +93,7 @@ def _attention_pair(producer: Target, merger: Target, probed: Target, ctx: Probe
 def _local_lens(target: Target, ctx: ProbeContext) -> ProbeOutcome:
     import torch
 
-    from probes.families.merge_states import reference_local_seq_lens
+    from metax_audit.probes.families.merge_states import reference_local_seq_lens
 
     def wrong(sl: Any, n: int, r: int, i: int) -> Any:  # the rank offset counted in tokens, not runs
         base = sl // (i * n) * i
@@ -125,7 +125,7 @@ def run(target: Target, ctx: ProbeContext) -> ProbeOutcome:
         producer = load_target(ctx.options.get("producer", "torch-reference"), "paged-decode", ctx)
         return _attention_pair(producer, target, target, ctx)
     if ctx.options.get("world_size"):  # real ranks: N processes, the reduction with its collectives
-        from probes.dcp_ranks import run_ranks
+        from metax_audit.probes.dcp_ranks import run_ranks
 
         return run_ranks(target, ctx)
     merger = load_target(ctx.options.get("merge", "torch-reference:base-e"), "merge-states", ctx)

@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Any
 
-from probes.base import (
+from metax_audit.probes.base import (
     CaseResult,
     HypothesisError,
     ProbeContext,
@@ -130,7 +130,7 @@ def _launch(job: dict[str, Any], n: int, timeout: float) -> tuple[int | None, st
             errs.append(err)
             # a rank stands behind the port fence as its parent worker does (metax_audit.core.subproc.fenced)
             fence = ["-S"] if "METAX_AUDIT_NEVER_IMPORT" in os.environ else []
-            args = [sys.executable, "-B", *fence, "-m", "probes.dcp_ranks", "--rank", str(r), "--job", json.dumps(job),
+            args = [sys.executable, "-B", *fence, "-m", "metax_audit.probes.dcp_ranks", "--rank", str(r), "--job", json.dumps(job),
                     "--out", os.path.join(tmp, f"rank{r}.json")]
             procs.append(subprocess.Popen(args, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=err, start_new_session=True))
@@ -256,7 +256,7 @@ def load_reduction(spec: str, ctx: ProbeContext) -> tuple[Any, str]:
         return torch_reference_reduce(base), f"torch reference reduction, LSE base {base}"
     if not ctx.device.startswith("cuda"):
         raise ProbeSkip(f"{spec} is a Triton kernel: needs a CUDA device (ranks ran on {ctx.device})")
-    from probes.families import vllm_ops
+    from metax_audit.probes.families import vllm_ops
 
     name = "cp_lse_ag_out_rs" if "cp_lse_ag_out_rs" in spec or spec.startswith("port:") else "dcp_a2a_lse_reduce"
     base_e = not (spec.endswith(":base-2") or spec.startswith("port:"))
@@ -272,7 +272,7 @@ def load_reduction(spec: str, ctx: ProbeContext) -> tuple[Any, str]:
 
 def _port_site(ctx: ProbeContext) -> str:
     """The port's line that configures its DCP combine, read from the port source when given."""
-    from probes.families.vllm_ops import _source_root
+    from metax_audit.probes.families.vllm_ops import _source_root
 
     try:
         path = _source_root("port", ctx) / PORT_COMBINE_SITE
@@ -312,7 +312,7 @@ def _partials(problem: tuple[Any, ...], lengths: list[list[int]]) -> list[tuple[
     """fp64 (out, lse_e) of every rank over its shard, each request cut to the given local lengths."""
     import torch
 
-    from probes import reference
+    from metax_audit.probes import reference
 
     q, ks, vs, shard, scale = problem
     parts = []
@@ -326,7 +326,7 @@ def _partials(problem: tuple[Any, ...], lengths: list[list[int]]) -> list[tuple[
 def _merged(parts: list[tuple[Any, Any]], conv: float, base: str, layout_swap: bool = False) -> Any:
     """The reference merge of the partials, their LSEs times `conv` read in `base` (optionally the
     [H, B] memory read as [B, H])."""
-    from probes import reference
+    from metax_audit.probes import reference
 
     def lse_of(p: Any) -> Any:
         s = p * conv
@@ -341,9 +341,9 @@ def _merged(parts: list[tuple[Any, Any]], conv: float, base: str, layout_swap: b
 def rank_cases(rank: int, n: int, producer: Target, reduce: Any, group: Group, ctx: ProbeContext, lens_fn: Any) -> list[CaseResult]:
     import torch
 
-    from probes import reference
-    from probes._scenario import page_tokens
-    from probes.reference import LN2
+    from metax_audit.probes import reference
+    from metax_audit.probes._scenario import page_tokens
+    from metax_audit.probes.reference import LN2
 
     scale = 1.0 / math.sqrt(D)
     h = HQ // n
@@ -390,7 +390,7 @@ def rank_main(argv: list[str] | None = None) -> int:
     import traceback
     from dataclasses import asdict
 
-    p = argparse.ArgumentParser(prog="python -m probes.dcp_ranks")
+    p = argparse.ArgumentParser(prog="python -m metax_audit.probes.dcp_ranks")
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--job", required=True)
     p.add_argument("--out", required=True)
@@ -413,7 +413,7 @@ def rank_main(argv: list[str] | None = None) -> int:
         dist.init_process_group(job["backend"], init_method=f"tcp://127.0.0.1:{job['port']}", rank=rank, world_size=n,
                                 timeout=datetime.timedelta(seconds=job["timeout"]))
         try:
-            from probes.registry import load_target
+            from metax_audit.probes.registry import load_target
 
             ctx = ProbeContext(device=device, seed=job["seed"], options=job["options"])
             producer = load_target(job["producer"], "paged-decode", ctx)
@@ -438,7 +438,7 @@ def rank_main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         result = {"error": f"rank {rank} raised {type(exc).__name__}: {str(exc)[:400]}",
                   "traceback": "".join(traceback.format_exc().splitlines(keepends=True)[-6:])}
-    from probes.base import _finite
+    from metax_audit.probes.base import _finite
 
     with open(a.out, "w", encoding="utf-8") as fh:
         json.dump(_finite(result), fh)

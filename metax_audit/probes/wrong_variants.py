@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes import reference
+from metax_audit.probes import reference
 
 # paged-decode ---------------------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ def hnd_read_as_nhd_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any,
 def ignores_strides_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
                            kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
     """Reads the caches as contiguous from their data pointers (wrong for joint [N, 2, ...] views)."""
-    from probes._scenario import ignoring_strides
+    from metax_audit.probes._scenario import ignoring_strides
 
     out, lse = _decode(q, ignoring_strides(k_cache), ignoring_strides(v_cache), block_table, seq_lens, sm_scale, kv_layout,
                        _f(k_scale), _f(v_scale))
@@ -78,7 +78,7 @@ doubled_scale_decode = _scaled(lambda k, v: k * k, lambda k, v: v * v, "Applies 
 def identity_block_table_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *, sm_scale: float,
                                 kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
     """Ignores the block table: reads request b's page j at block b * width + j."""
-    from probes._scenario import identity_table
+    from metax_audit.probes._scenario import identity_table
 
     out, lse = _decode(q, k_cache, v_cache, identity_table(block_table), seq_lens, sm_scale, kv_layout, _f(k_scale), _f(v_scale))
     return (out, lse) if return_lse else out
@@ -133,7 +133,7 @@ class StaleLengthDecode:
     def run(self, q: Any, k_cache: Any, v_cache: Any, *, k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
         import torch
 
-        from probes.graph_capture import capturing
+        from metax_audit.probes.graph_capture import capturing
 
         m = self._meta
         lens = self._frozen if self._frozen is not None else m["lens"]
@@ -259,6 +259,6 @@ def interleave_ignored_local_lens(seq_lens: Any, dcp_size: int = 1, dcp_rank: in
                                   cp_kv_cache_interleave_size: int = 1) -> Any:
     """Per-rank KV lengths computed as if tokens were dealt one by one (interleave 1), whatever the
     interleave size the cache was sharded with."""
-    from probes.families.merge_states import reference_local_seq_lens
+    from metax_audit.probes.families.merge_states import reference_local_seq_lens
 
     return reference_local_seq_lens(seq_lens, dcp_size, dcp_rank, 1)

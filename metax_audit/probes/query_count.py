@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes import _scenario as sc
-from probes.base import (
+from metax_audit.probes import _scenario as sc
+from metax_audit.probes.base import (
     CaseResult,
     HypothesisError,
     ProbeContext,

@@ -70,7 +70,7 @@ class CaseResult:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
-    """The record one probe run on one target returns; `python -m probes` prints it as JSON."""
+    """The record one probe run on one target returns; `python -m metax_audit.probes` prints it as JSON."""
 
     probe: str
     family: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
+from metax_audit.probes.base import FamilySpec, ProbeContext, Target, inspect_controls
 
 NAME = "merge-states"
 CONVENTION = """\
@@ -26,7 +26,7 @@ dcp-local-seq-lens: target(seq_lens, dcp_size=1, dcp_rank=None, cp_kv_cache_inte
 
 def _merge(base: str) -> Any:
     def merge(v_a: Any, s_a: Any, v_b: Any, s_b: Any) -> tuple[Any, Any]:
-        from probes.reference import merge_states
+        from metax_audit.probes.reference import merge_states
 
         v, s = merge_states(v_a, s_a, v_b, s_b, base=base)
         return v.to(v_a.dtype), s.float()
@@ -58,10 +58,10 @@ def load(spec: str, ctx: ProbeContext) -> Target:
         sig, controls = inspect_controls(fn, ())
         return Target(spec, NAME, fn, sig, controls, declares=dict(fn.__probe_declares__))
     if spec.endswith("-triton:merge_attn_states"):
-        from probes.families.vllm_ops import load_merge
+        from metax_audit.probes.families.vllm_ops import load_merge
 
         return load_merge(spec, ctx, NAME)
-    from probes.families._flashinfer import import_flashinfer, require_cuda, signature_text
+    from metax_audit.probes.families._flashinfer import import_flashinfer, require_cuda, signature_text
 
     require_cuda(ctx.device)
     fi = import_flashinfer()

@@ -1,4 +1,4 @@
-# `python -m probes run ...` runs one probe on one target and prints its outcome as one JSON line
+# `python -m metax_audit.probes run ...` runs one probe on one target and prints its outcome as one JSON line
 # (how a user reruns one case); `worker` runs every probe of one target in one process (what
 # metax_audit.stages.probing starts, one per target); `list` describes.
 from __future__ import annotations
@@ -12,7 +12,7 @@ READY = "PROBE-READY "
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m probes", description="Run one discriminating probe on one target.")
+    parser = argparse.ArgumentParser(prog="python -m metax_audit.probes", description="Run one discriminating probe on one target.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run one probe on one target; prints 'PROBE-OUTCOME {json}'")
     r.add_argument("--probe", required=True)
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "worker":
         return worker(args.target, args.family, args.device, args.seed)
 
-    from probes.registry import registry
+    from metax_audit.probes.registry import registry
 
     if args.cmd == "list":
         reg = registry()
@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             "broken_modules": reg.broken,
         }, indent=2))
         return 0
-    from probes.base import ProbeContext
-    from probes.runner import run_one
+    from metax_audit.probes.base import ProbeContext
+    from metax_audit.probes.runner import run_one
 
     options = dict(o.split("=", 1) for o in args.option)
     outcome = run_one(args.probe, args.family, args.target, ProbeContext(device=args.device, seed=args.seed, options=options))
@@ -64,10 +64,10 @@ def worker(target: str, family: str, device: str, seed: int) -> int:
     `PROBE-READY {"loaded": bool, "error": str|null, "skipped": str|null}` after loading the target,
     then reads one JSON job per stdin line ({"probe": NAME, "options": {...}}) and prints one
     `PROBE-OUTCOME {json}` line for each, until stdin closes."""
-    from probes.base import ProbeContext, ProbeSkip
-    from probes.device import resolve
-    from probes.registry import load_target
-    from probes.runner import run_one
+    from metax_audit.probes.base import ProbeContext, ProbeSkip
+    from metax_audit.probes.device import resolve
+    from metax_audit.probes.registry import load_target
+    from metax_audit.probes.runner import run_one
 
     ready: dict[str, object] = {"loaded": True, "error": None, "skipped": None}
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
-from probes.families._flashinfer import FlashInferPrefill
+from metax_audit.probes.base import FamilySpec, ProbeContext, Target, inspect_controls
+from metax_audit.probes.families._flashinfer import FlashInferPrefill
 
 NAME = "paged-prefill"
 CONTROLS = ("sm_scale", "causal", "kv_layout", "k_scale", "v_scale", "return_lse")
@@ -26,7 +26,7 @@ class TorchPagedPrefill:
     def __call__(self, q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, qo_lens: Any, *, sm_scale: float,
                  causal: bool = True, kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None,
                  return_lse: bool = False) -> Any:
-        from probes import reference
+        from metax_audit.probes import reference
 
         out, lse = reference.paged_prefill(q, k_cache, v_cache, block_table, seq_lens, qo_lens, sm_scale=sm_scale, causal=causal,
                                            kv_layout=kv_layout, k_scale=1.0 if k_scale is None else float(k_scale),
@@ -50,7 +50,7 @@ class FlashInferPagedPrefill(FlashInferPrefill):
                  return_lse: bool = False) -> Any:
         import torch
 
-        from probes.families._flashinfer import paged_metadata
+        from metax_audit.probes.families._flashinfer import paged_metadata
 
         page = k_cache.shape[1] if kv_layout == "NHD" else k_cache.shape[2]
         hkv = k_cache.shape[2] if kv_layout == "NHD" else k_cache.shape[1]
@@ -70,7 +70,7 @@ def load(spec: str, ctx: ProbeContext) -> Target:
         obj = TorchPagedPrefill()
         sig, controls = inspect_controls(obj, CONTROLS)
         return Target(spec, NAME, obj, sig, controls)
-    from probes.families._flashinfer import prefill_target, require_cuda
+    from metax_audit.probes.families._flashinfer import prefill_target, require_cuda
 
     require_cuda(ctx.device)
     fi_obj = FlashInferPagedPrefill(ctx.device, ctx.options.get("fi_backend", "fa2"))

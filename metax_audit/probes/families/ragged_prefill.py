@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
-from probes.families._flashinfer import FlashInferPrefill
+from metax_audit.probes.base import FamilySpec, ProbeContext, Target, inspect_controls
+from metax_audit.probes.families._flashinfer import FlashInferPrefill
 
 NAME = "ragged-prefill"
 CONTROLS = ("sm_scale", "causal", "kv_layout", "k_scale", "v_scale", "return_lse")
@@ -23,7 +23,7 @@ ragged-prefill: target(q, k, v, qo_lens, kv_lens, *, sm_scale, causal=True, kv_l
 class TorchRaggedPrefill:
     def __call__(self, q: Any, k: Any, v: Any, qo_lens: Any, kv_lens: Any, *, sm_scale: float, causal: bool = True,
                  kv_layout: str = "NHD", k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
-        from probes import reference
+        from metax_audit.probes import reference
 
         ks = 1.0 if k_scale is None else float(k_scale)
         vs = 1.0 if v_scale is None else float(v_scale)
@@ -58,7 +58,7 @@ def load(spec: str, ctx: ProbeContext) -> Target:
         obj = TorchRaggedPrefill()
         sig, controls = inspect_controls(obj, CONTROLS)
         return Target(spec, NAME, obj, sig, controls)
-    from probes.families._flashinfer import prefill_target, require_cuda
+    from metax_audit.probes.families._flashinfer import prefill_target, require_cuda
 
     require_cuda(ctx.device)
     fi_obj = FlashInferRaggedPrefill(ctx.device, ctx.options.get("fi_backend", "fa2"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from probes.base import FamilySpec, ProbeContext, Target, inspect_controls
+from metax_audit.probes.base import FamilySpec, ProbeContext, Target, inspect_controls
 
 NAME = "paged-decode"
 CONTROLS = ("sm_scale", "kv_layout", "k_scale", "v_scale", "return_lse")
@@ -60,7 +60,7 @@ class TorchPagedDecode:
                       "kv_layout": kv_layout}
 
     def run(self, q: Any, k_cache: Any, v_cache: Any, *, k_scale: Any = None, v_scale: Any = None, return_lse: bool = False) -> Any:
-        from probes import reference
+        from metax_audit.probes import reference
 
         m = self._meta
         out, lse = reference.paged_decode(
@@ -77,7 +77,7 @@ def sdpa_paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_
     import torch
     import torch.nn.functional as F
 
-    from probes.reference import gather_pages
+    from metax_audit.probes.reference import gather_pages
 
     outs = []
     for b, L in enumerate(seq_lens.tolist()):
@@ -101,7 +101,7 @@ class FlashInferPagedDecode:
     __probe_declares__: ClassVar[dict[str, str]] = {"lse": "base-2/[T,H]", "lse_base": "2"}  # FlashInfer documents log2-domain LSE
 
     def __init__(self, device: str, *, graph: tuple[int, int] | None = None) -> None:
-        from probes.families._flashinfer import import_flashinfer
+        from metax_audit.probes.families._flashinfer import import_flashinfer
 
         self._fi = import_flashinfer()
         self._device = device
@@ -130,7 +130,7 @@ class FlashInferPagedDecode:
 
     def plan(self, block_table: Any, seq_lens: Any, *, sm_scale: float, kv_layout: str = "NHD", num_qo_heads: int,
              num_kv_heads: int, head_dim: int, page_size: int, q_dtype: Any, kv_dtype: Any) -> None:
-        from probes.families._flashinfer import paged_metadata
+        from metax_audit.probes.families._flashinfer import paged_metadata
 
         indptr, indices, last = paged_metadata(block_table, seq_lens, page_size, self._device)
         self._w = self._wrapper(kv_layout)
@@ -151,7 +151,7 @@ class FlashInferPagedDecode:
 
 def flashinfer_controls(fi: Any) -> tuple[frozenset[str], tuple[str, ...]]:
     """Controls the installed wrapper really has, with the inspected signatures as evidence."""
-    from probes.families._flashinfer import accepts, signature_text
+    from metax_audit.probes.families._flashinfer import accepts, signature_text
 
     w = fi.BatchDecodeWithPagedKVCacheWrapper
     have = {"sm_scale"} if accepts(w.plan, "sm_scale") else set()
@@ -178,10 +178,10 @@ def load(spec: str, ctx: ProbeContext) -> Target:
         sig, controls = inspect_controls(sdpa_paged_decode, CONTROLS)
         return Target(spec, NAME, sdpa_paged_decode, sig, controls)
     if spec.endswith(":decode_attention_fwd"):
-        from probes.families.vllm_ops import load_decode
+        from metax_audit.probes.families.vllm_ops import load_decode
 
         return load_decode(spec, ctx, CONTROLS, NAME)
-    from probes.families._flashinfer import require_cuda
+    from metax_audit.probes.families._flashinfer import require_cuda
 
     require_cuda(ctx.device)
     fi_obj = FlashInferPagedDecode(ctx.device)
