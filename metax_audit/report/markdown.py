@@ -140,6 +140,7 @@ def _inputs_lines(report: AuditReport) -> list[str]:
     commit = snap.commit[:12] if snap.commit else "no commit"
     label = f" `{snap.label}`" if snap.label else ""
     out.append(f"- snapshot: {snap.mode}{label} at `{commit}`" + (" (worktree dirty)" if snap.dirty else ""))
+    out.extend(f"  - note: {_md(note)}" for note in snap.notes)
     if report.upstream:
         up = report.upstream
         out.append(f"- upstream: `{up.package}` {up.version or 'unknown version'} ({up.source})")

@@ -121,11 +121,22 @@ def _is_dirty(repo: Path, head: str | None) -> bool:
     return res.returncode != 0
 
 
+# `review --staged` with nothing staged reviews the index, which then is HEAD: said first, never an
+# exit 2 (a pre-commit run over a clean index gates nothing new: exit 0 under --new-only).
+NOTHING_STAGED = ("nothing is staged: the index equals HEAD {head}, so this review covers HEAD "
+                  "and nothing in it is new in a change")
+
+
+def _index_differs(repo: Path) -> bool:
+    """Whether the index differs from HEAD (something is staged)."""
+    return _git(repo, "diff-index", "--cached", "--quiet", "HEAD", "--").returncode != 0
+
+
 def has_staged_changes(repo: Path) -> bool:
     head = head_commit(repo)
     if head is None:
         return bool(_index_entries(repo))
-    return _git(repo, "diff-index", "--cached", "--quiet", "HEAD", "--").returncode != 0
+    return _index_differs(repo)
 
 
 def _index_entries(repo: Path) -> list[IndexEntry]:
@@ -416,6 +427,8 @@ def snapshot(
                     count, notes = export(tmp)
                     notes += _contain_links(tmp)
                 label = "index" if mode == "staged" else "worktree"
+                if mode == "staged" and head is not None and not _index_differs(top):
+                    notes = [NOTHING_STAGED.format(head=head[:12]), *notes]
                 snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, label, count, tuple(notes))
             else:
                 if not rev:
