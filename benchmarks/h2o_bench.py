@@ -61,9 +61,9 @@ def run_grid(
     """Every dtype x head dim x page size x layout once; page format, LSE source and reduction rotate."""
     import torch
 
+    from metax_audit.probes.h2o import build_case, checks_pass, score_checks, true_lse
     from metax_audit.stages.probing.kernels.h2o import h2o_scores
     from metax_audit.stages.probing.kernels.h2o_reference import h2o_scores_reference
-    from metax_audit.probes.h2o import build_case, checks_pass, score_checks, true_lse
 
     rows = []
     i = 0

@@ -56,7 +56,7 @@ def test_staged_with_nothing_staged_reviews_head_and_says_so(committed_demo: Pat
 
 
 def test_staged_with_something_staged_has_no_such_note(committed_demo: Path, demo_stack: None, tmp_path: Path) -> None:
-    from metax_audit.snapshot import snapshot
+    from metax_audit.stages.snapshot import snapshot
 
     with snapshot("staged", repo=committed_demo) as snap:
         assert any("nothing is staged" in n for n in snap.notes)
@@ -67,3 +67,93 @@ def test_staged_with_something_staged_has_no_such_note(committed_demo: Path, dem
             assert not any("nothing is staged" in n for n in snap.notes)
     finally:
         subprocess.run(["git", "reset", "-q", "--hard"], cwd=committed_demo, check=True)
+
+
+def test_a_review_served_whole_from_the_cache_still_names_what_breaks(committed_demo: Path, demo_stack: None,
+                                                                      tmp_path: Path) -> None:
+    """A second run imports none of the stages that declare the rules; its first screen and SARIF
+    must still carry the rule titles, as the computed run's do."""
+    import json
+    import sys
+
+    first = _review(committed_demo, tmp_path / "a", "--rev", "HEAD", "--format", "md,sarif", "--fail-on", "never")
+    assert first.exit_code == 0, first.output
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom metax_audit.cli import app\n"
+            "r = CliRunner().invoke(app, sys.argv[1:])\nprint(r.output)\nsys.exit(r.exit_code)\n")
+    from metax_audit import demo as demo_mod
+
+    served = subprocess.run([sys.executable, "-c", code, "review", "--rev", "HEAD", "--repo", str(committed_demo),
+                             "--upstream", str(demo_mod.upstream_root()), "--output-dir", str(tmp_path / "b"),
+                             "--format", "md,sarif", "--fail-on", "never"], capture_output=True, text=True, timeout=300)
+    assert served.returncode == 0, served.stdout + served.stderr
+    title = "registration names a class path that does not resolve in the snapshot"
+    for out in ("a", "b"):
+        assert title in (tmp_path / out / "summary.md").read_text(encoding="utf-8"), out
+        rules = json.loads((tmp_path / out / "report.sarif").read_text(encoding="utf-8"))["runs"][0]["tool"]["driver"]["rules"]
+        assert any(r["id"] == "MXA010" and r["shortDescription"]["text"] == title for r in rules), out
+    assert title in " ".join(served.stdout.split()), served.stdout
+
+
+def _demo_review(repo: Path, out: Path, *extra: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return _review(repo, out, "--rev", "HEAD", "--fail-on", "never", *extra, env=env)
+
+
+def test_lines_wrap_at_the_terminal_width_between_words(committed_demo: Path, demo_stack: None, tmp_path: Path) -> None:
+    narrow = _demo_review(committed_demo, tmp_path / "a", "--format", "md", env={"COLUMNS": "60"}).output
+    wide = _demo_review(committed_demo, tmp_path / "b", "--format", "md", env={"COLUMNS": "200"}).output
+    path = "vllm_metax/v1/attention/backends/flashinfer.py:252"
+    for out, width in ((narrow, 60), (wide, 200)):
+        lines = out.splitlines()
+        # a line is longer than the width only when it is one token longer than the width (and a cut's " ...")
+        assert all(len(line) <= width or len(line.split()) == 1 or line.split()[1:] == ["..."] for line in lines
+                   if not line.startswith("reports: ")), out
+        assert any(path in line for line in lines)  # the path whole, never split across lines
+    assert max(map(len, wide.splitlines())) > 60  # the wide terminal is used, not a fixed width
+    assert len(narrow.splitlines()) > len(wide.splitlines())
+    # a pipe without COLUMNS: each finding on one line, whole words
+    piped = _demo_review(committed_demo, tmp_path / "c", "--format", "md", env={"COLUMNS": ""}).output
+    assert any(line.startswith("  error   MXA510 " + path + " ") for line in piped.splitlines())
+
+
+def test_quiet_prints_the_headline_and_the_counts_only(committed_demo: Path, demo_stack: None, tmp_path: Path) -> None:
+    out = _demo_review(committed_demo, tmp_path / "a", "--format", "md", "--quiet").output.splitlines()
+    assert out[0].startswith("FAIL: ") and "error" in out[0]
+    assert len(out) == 2 and "findings:" in out[1]  # the counts line (stderr)
+
+
+@pytest.mark.parametrize(("args", "env", "escapes"), [
+    (("--color", "always"), {}, True),
+    (("--color", "never"), {"FORCE_COLOR": "1"}, False),
+    ((), {"FORCE_COLOR": "1"}, True),
+    ((), {"NO_COLOR": "1", "FORCE_COLOR": "1"}, False),
+    ((), {}, False),  # CliRunner's output is not a terminal
+])
+def test_color_follows_the_flag_then_no_color_then_force_color(committed_demo: Path, demo_stack: None, tmp_path: Path,
+                                                              args: tuple[str, ...], env: dict[str, str],
+                                                              escapes: bool) -> None:
+    base = {"NO_COLOR": "", "FORCE_COLOR": ""}
+    r = _demo_review(committed_demo, tmp_path / "a", "--format", "md", *args, env={**base, **env})
+    assert r.exit_code == 0, r.output
+    assert ("\x1b[" in r.output) is escapes
+
+
+def test_bad_color_is_exit_2(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["review", "--color", "sometimes", "--repo", str(tmp_path)])
+    assert r.exit_code == 2 and "--color" in r.output
+
+
+def test_format_text_prints_one_compiler_line_per_finding(committed_demo: Path, demo_stack: None, tmp_path: Path) -> None:
+    import json
+
+    r = _demo_review(committed_demo, tmp_path / "a", "--format", "text,json")
+    assert r.exit_code == 0, r.output
+    data = json.loads((tmp_path / "a" / "report.json").read_text(encoding="utf-8"))
+    live = [f for f in data["findings"] if not f.get("waived")]
+    lines = [line for line in r.stdout.splitlines() if not line.startswith("reports: ")]
+    assert len(lines) == len(live)
+    f = next(f for f in live if f["rule"] == "MXA010")
+    assert f"{f['path']}:{f['line']}: error MXA010 {' '.join(f['message'].split())}" in lines
+    assert lines == sorted(lines, key=lambda s: (s.split(":")[0], int(s.split(":")[1]) if s.split(":")[1].isdigit() else 0))
+    # text alone writes no file and prints no "reports:" path
+    r = _demo_review(committed_demo, tmp_path / "b", "--format", "text")
+    assert not (tmp_path / "b").exists() and "reports:" not in r.output

@@ -28,8 +28,8 @@ GRID = [
 @pytest.mark.parametrize(("dtype", "head_dim", "page", "layout", "paging", "lse", "reduce"), GRID)
 def test_triton_kernel_matches_reference(dtype, head_dim, page, layout, paging, lse, reduce):
     torch = _need_triton()
-    from metax_audit.stages.probing.kernels import h2o_scores, h2o_scores_reference
     from metax_audit.probes.h2o import build_case, checks_pass, score_checks, true_lse
+    from metax_audit.stages.probing.kernels import h2o_scores, h2o_scores_reference
 
     lens = (1, 0, 333, 2 * page, 20 * page + 3)
     fp8 = dtype == "float8_e4m3fn"
@@ -47,8 +47,8 @@ def test_triton_kernel_matches_reference(dtype, head_dim, page, layout, paging, 
 
 def test_block_scores_and_csr_agree_on_gpu():
     torch = _need_triton()
-    from metax_audit.stages.probing.kernels import block_scores
     from metax_audit.probes.h2o import build_case
+    from metax_audit.stages.probing.kernels import block_scores
 
     bt = build_case(lens=(70, 0, 500), device="cuda", seed=11)
     csr = build_case(lens=(70, 0, 500), device="cuda", seed=11, paging="indptr")

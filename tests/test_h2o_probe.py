@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from metax_audit.stages.probing.kernels import h2o_scores_reference  # noqa: E402
 from metax_audit.probes.base import ProbeContext  # noqa: E402
 from metax_audit.probes.h2o import CONTROLS, build_case, probe_h2o, score_checks, topk_agreement  # noqa: E402
 from metax_audit.probes.registry import registry, wrap_callable  # noqa: E402
 from metax_audit.probes.runner import run_one  # noqa: E402
+from metax_audit.stages.probing.kernels import h2o_scores_reference  # noqa: E402
 
 CTX = ProbeContext(device="cpu")
 

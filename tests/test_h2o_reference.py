@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from metax_audit.stages.probing.kernels import block_scores, block_scores_reference, h2o_scores, h2o_scores_reference  # noqa: E402
 from metax_audit.probes.h2o import build_case, true_lse  # noqa: E402
+from metax_audit.stages.probing.kernels import block_scores, block_scores_reference, h2o_scores, h2o_scores_reference  # noqa: E402
 
 LENS = (37, 0, 300, 16, 129)
 

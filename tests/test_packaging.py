@@ -25,7 +25,7 @@ def test_the_wheel_has_one_top_level_package_and_the_probes_live_under_it() -> N
 
 
 def test_the_probe_worker_is_started_by_its_namespaced_name() -> None:
-    from metax_audit.probing.run import _Worker
+    from metax_audit.stages.probing.run import _Worker
 
     worker = _Worker("python3", "torch-reference", "paged-decode", "cpu", {}, 1.0, strict=False)
     assert worker._args[:2] == ["-m", "metax_audit.probes"]

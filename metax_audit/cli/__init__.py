@@ -135,10 +135,22 @@ def _formats(value: str) -> tuple[str, ...]:
     return chosen
 
 
-def _progress():  # type: ignore[no-untyped-def]
+def _progress(quiet: bool = False):  # type: ignore[no-untyped-def]
     from metax_audit.cli.progress import make_progress
+    from metax_audit.core.progress import QuietProgress
 
-    return make_progress()
+    return QuietProgress() if quiet else make_progress()
+
+
+def _terminal(color: str, quiet: bool = False) -> None:
+    """--color and --quiet, checked and handed to the renderers."""
+    from metax_audit.cli.term import COLOR_MODES
+
+    if color not in COLOR_MODES:
+        raise _fail(f"--color must be auto, always or never (got {color!r})")
+    from metax_audit.cli.render import configure
+
+    configure(color=color, quiet=quiet)
 
 
 ModeStaged = Annotated[bool, typer.Option("--staged", help="Review the git index (the default when something is staged).")]
@@ -147,6 +159,9 @@ ModeRev = Annotated[str | None, typer.Option("--rev", help="Review a revision (c
 RepoOpt = Annotated[Path | None, typer.Option("--repo", help="The port's git checkout (default: the enclosing repo).")]
 UpstreamOpt = Annotated[str | None, typer.Option("--upstream", help="Upstream vLLM: a directory, a git clone at a revision (PATH@REV, read with git archive), an installed package, or vllm==X.Y.Z (downloaded once, cached).")]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter of the kernel stack to introspect/probe (default: this one).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port's pyproject.toml).")]
+ColorOpt = Annotated[str, typer.Option("--color", help="auto | always | never (auto: colour on a terminal, none under NO_COLOR; FORCE_COLOR forces it).")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print the headline and the counts only.")]
 
 
 def _not_empty(**values: str | None) -> None:
@@ -178,8 +193,8 @@ def review(
     base: Annotated[str | None, typer.Option("--base", help="The upstream release the port was last synced to (three-way drift); default: the release the port declared before its last sync commit, when its history says so.")] = None,
     stack: Annotated[Path | None, typer.Option("--stack", help="A stack manifest (evidence --capture-stack) used instead of importing kernels.")] = None,
     python: PythonOpt = None,
-    config: Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="Comma list of md,json,sarif,junit (files in --output-dir) and github (workflow-command annotations on stdout).")] = "md,json,sarif,junit",
+    config: ConfigOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="Comma list of md,json,sarif,junit (files in --output-dir) github (workflow-command annotations on stdout) and text (one line per finding on stdout instead of the summary: path:line: severity rule message).")] = "md,json,sarif,junit",
     output_dir: Annotated[Path | None, typer.Option("--output-dir", help="Where reports go (default: a per-repository directory under the metax-audit cache, outside the checkout; CI passes reports/).")] = None,
     fail_on: Annotated[str | None, typer.Option("--fail-on", help="error | warning | info | never (default: fail-on in the config, else error)")] = None,
     waivers: Annotated[Path | None, typer.Option("--waivers", help="YAML file of accepted findings.")] = None,
@@ -194,11 +209,14 @@ def review(
     all_findings: Annotated[bool, typer.Option("--all-findings", help="--fail-on counts every finding (overrides new-only: true in the config).")] = False,
     allow_unbound: Annotated[str | None, typer.Option("--allow-unbound", help="PKG[,PKG]: pinned kernel packages to review although they cannot be bound (their calls go unchecked, and every headline says so); default: allow-unbound in the config.")] = None,
     index_url: Annotated[str | None, typer.Option("--index-url", help="The package index (simple API) public bases of pinned vendor builds are read from (default: pip's configured index and find-links).")] = None,
+    quiet: QuietOpt = False,
+    color: ColorOpt = "auto",
 ) -> None:
     """Snapshot the port, trace, introspect, compare and check it, and write the reports."""
     from metax_audit.core.options import ReviewOptions
 
     formats = _formats(fmt)
+    _terminal(color, quiet)
     mode = _mode(staged, worktree, rev, installed)
     _not_empty(upstream=upstream, base=base, python=python)
     with _Guard():
@@ -221,7 +239,8 @@ def review(
     if new_only and (no_baseline or (rev is not None and not (baseline or merge_base))):
         raise _fail("--new-only needs a baseline: --staged/--worktree compare with HEAD; with --rev pass --baseline REV "
                     "or --merge-base BRANCH")
-    _review_and_render(options, formats, output_dir, fail_on, generate_waivers, new_only=new_only, settings=gate.note)
+    _review_and_render(options, formats, output_dir, fail_on, generate_waivers, new_only=new_only, settings=gate.note,
+                       quiet=quiet)
 
 
 @dataclass(frozen=True)
@@ -265,7 +284,7 @@ def _gate_settings(repo: Path | None, mode: SnapshotMode | None, config_file: Pa
 
 
 def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, *, exit_zero: bool = False,  # type: ignore[no-untyped-def]
-                       new_only: bool = False, settings: str = "") -> None:
+                       new_only: bool = False, settings: str = "", quiet: bool = False) -> None:
     import time
 
     started = _started[0] if _started else time.perf_counter()  # in-process (CliRunner): from the command
@@ -273,13 +292,13 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
         from metax_audit.cli.outdir import default_output_dir, ensure_writable
         from metax_audit.core.pysource import frozen_heap
         from metax_audit.pipeline.review import review as run_review
-        from metax_audit.report import replace_file, write_reports_timed
+        from metax_audit.report import FORMATS, replace_file, write_reports_timed
         from metax_audit.stages.inventory import exit_code, summary_line
 
-        # Never inside the audited checkout by default; checked before the review, printed first.
-        out = ensure_writable(output_dir or default_output_dir(options.repo, options.mode, options.rev))
-        typer.echo(f"reports: {out / 'summary.md' if 'md' in formats else out}")
-        result = run_review(options, _progress(), generate_waivers=generate_waivers is not None)
+        files = tuple(f for f in formats if f in FORMATS)
+        # Never inside the audited checkout by default; checked before the review.
+        out = ensure_writable(output_dir or default_output_dir(options.repo, options.mode, options.rev)) if files else None
+        result = run_review(options, _progress(quiet), generate_waivers=generate_waivers is not None)
         report = result.report
         if settings:  # where each setting of the gate came from (flag, config, default), kept in every report
             from dataclasses import replace
@@ -288,20 +307,28 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
 
             report = replace(report, stages=(StageRecord("settings", True, 0.0, settings), *report.stages))
         # the stated wall time is the real one: from the process's start to the last report rendered
-        with frozen_heap():  # the review's live objects need no more collecting
-            report, written = write_reports_timed(report, out, formats, started)
+        written: list[Path] = []
+        if out is not None:
+            with frozen_heap():  # the review's live objects need no more collecting
+                report, written = write_reports_timed(report, out, files, started)
         if generate_waivers is not None and result.generated_waivers is not None:
             replace_file(generate_waivers, result.generated_waivers)
             written.append(generate_waivers)
-    from metax_audit.cli.render import render_review_summary
+    from metax_audit.cli.render import render_counts, render_finding_lines, render_review_summary
 
-    render_review_summary(report, written)
+    text = "text" in formats
+    if out is not None and not quiet:  # the first line, once the reports are there (stderr under --format text)
+        typer.echo(f"reports: {out / 'summary.md' if 'md' in files else out}", err=text)
+    if text:  # stdout is the findings' lines, for editors and grep; the first screen is in summary.md
+        render_finding_lines(report)
+    else:
+        render_review_summary(report, written)
     if "github" in formats:  # annotations for the pull request, on stdout where the runner reads them
         from metax_audit.report.github import workflow_commands
 
         for line in workflow_commands(report):
             typer.echo(line)
-    typer.echo(summary_line(report), err=True)
+    render_counts(summary_line(report))
     with _Guard():
         code = exit_code(report, fail_on, new_only=new_only)
     if new_only:  # the verdict counts every finding; say what the gate counted
@@ -416,12 +443,15 @@ def contracts(
 def demo(
     output_dir: Annotated[Path, typer.Option("--output-dir", help="Where the demo's reports go.")] = Path("reports/demo"),
     keep: Annotated[Path | None, typer.Option("--keep", help="Build the demo repo here and keep it (default: a temp dir).")] = None,
+    quiet: QuietOpt = False,
+    color: ColorOpt = "auto",
 ) -> None:
     """Build the bundled demo port as a git repo with staged changes and review it end to end."""
     from metax_audit import demo as demo_mod
     from metax_audit.core import tempdirs
     from metax_audit.core.options import ReviewOptions
 
+    _terminal(color, quiet)
     with _Guard():
         holder = tempdirs.make("demo") if keep is None else keep
         repo = demo_mod.build_demo_repo(holder / "vllm-metax-demo" if keep is None else keep)
@@ -431,7 +461,7 @@ def demo(
         extra_path=(demo_mod.stack_root(),), run_probes=False,
     )
     try:
-        _review_and_render(options, ("md", "json", "sarif", "junit"), output_dir, "never", None, exit_zero=True)
+        _review_and_render(options, ("md", "json", "sarif", "junit"), output_dir, "never", None, exit_zero=True, quiet=quiet)
     finally:
         if keep is None:
             import shutil

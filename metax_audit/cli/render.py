@@ -15,6 +15,22 @@ from metax_audit.core.models import AuditReport, Finding, ProbeResult, Severity
 from metax_audit.report.text import visible
 
 _console = Console()
+_quiet = False
+_color = "auto"
+# A finding's line on a terminal: the rule's title and the message, in at most this many lines of the
+# terminal's width (errors say what breaks and why); in a pipe, one line of at most so many characters.
+_LINES = {Severity.ERROR: 4, Severity.WARNING: 3, Severity.INFO: 3}
+_PIPE_CHARS = {Severity.ERROR: 200, Severity.WARNING: 160, Severity.INFO: 160}
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+_VERDICT_STYLE = {"FAIL": "bold red", "REVIEW": "bold yellow", "PASS": "bold green"}
+
+
+def configure(*, color: str = "auto", quiet: bool = False) -> None:
+    """--color and --quiet of the command being run: the console every renderer here prints to."""
+    from metax_audit.cli.term import make_console
+
+    global _console, _quiet, _color
+    _console, _quiet, _color = make_console(color), quiet, color
 
 
 def _safe(text: str) -> str:
@@ -25,44 +41,50 @@ def _safe(text: str) -> str:
 
 def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
     """The first screen: verdict, errors (one line each), what is new, the warnings by consequence, the
-    files the last sync left behind, then where to read the rest."""
+    files the last sync left behind, then where to read the rest. --quiet: the verdict and the counts."""
     from metax_audit.report.first_screen import first_screen, untouched_line, what_why, where
 
     snap = report.snapshot
+    screen = first_screen(report)
+    if _quiet:
+        _verdict(screen.verdict)
+        _baseline_line(report)
+        return
     _console.print(f"[bold]metax-audit review[/bold] {snap.mode} {_safe(snap.label)} "
-                   f"commit {(snap.commit or 'none')[:12]}{' (dirty)' if snap.dirty else ''}")
+                   f"commit {(snap.commit or 'none')[:12]}{' (dirty)' if snap.dirty else ''}", soft_wrap=True)
     for note in snap.notes:
-        _console.print(f"  note: {_safe(note)}")
+        _plain(f"  note: {note}")
     skipped = [s for s in report.stages if not s.ran]
     for s in skipped:
         _plain(f"  stage {s.name} did not run: {s.note}")
-    screen = first_screen(report)
-    _console.print(f"[bold]{screen.verdict}[/bold]")
-    if report.baseline_info:
-        b = report.baseline_info
-        _plain(f"against {b['rev']} {(b['commit'] or '')[:12]}: {b['new']} new, {b['changed']} changed, "
-               f"{b['unchanged']} unchanged, {b['fixed']} fixed")
-    def line(f: Finding, limit: int = 200) -> str:
-        text = what_why(f, limit) if f.severity is Severity.ERROR else " ".join(f.message.split())[:limit]
-        return f"  {_mark(f)}{f.severity.value:7} {f.rule} {where(f)} {text}"
+    _verdict(screen.verdict)
+    _baseline_line(report)
+
+    def line(f: Finding) -> None:
+        text = what_why(f, 1 << 30) if f.severity is Severity.ERROR else f.message
+        _finding(f, f"{where(f)} {text}")
 
     _plain(f"errors ({len(screen.errors)}):" if screen.errors else "errors: none")
     for f in screen.errors:
-        _plain(line(f))
+        line(f)
+    listed: set[int] = set()
     if screen.new is not None:
         news = [f for f in screen.new if f.severity is not Severity.ERROR]  # new errors are marked above
         _plain(f"new in this change ({len(screen.new)}{', errors above' if len(news) < len(screen.new) else ''}):")
         for f in news[:TERMINAL_WARNINGS]:
-            _plain(line(f))
-    shown = screen.warnings[:TERMINAL_WARNINGS]
-    if shown:
-        _plain(f"warnings ({len(screen.warnings)}), most consequential first:")
+            line(f)
+            listed.add(id(f))
+    rest = [f for f in screen.warnings if id(f) not in listed]  # a new warning is listed once, above
+    shown = rest[:TERMINAL_WARNINGS]
+    if shown or len(rest) < len(screen.warnings):
+        above = len(screen.warnings) - len(rest)
+        _plain(f"warnings ({len(screen.warnings)}{f', {above} new above' if above else ''}), most consequential first:")
         for f in shown:
-            _plain(line(f, 160))
+            line(f)
     for u in screen.untouched:
         _plain(f"  untouched by the last sync: {untouched_line(u)}")
     summary = next((p for p in written if p.name == "summary.md"), written[0] if written else None)
-    more = len(screen.warnings) - len(shown)
+    more = len(rest) - len(shown)
     read = f"read {summary}" if summary else "write reports with --format md to read them"
     _plain(f"{more} more warning{'s' * (more != 1)} and {screen.infos} info: {read}" if more else f"{screen.infos} info: {read}")
 
@@ -70,14 +92,82 @@ def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
 TERMINAL_WARNINGS = 10
 
 
+def render_finding_lines(report: AuditReport) -> None:
+    """--format text: one plain line per finding on stdout (no colour, no wrapping)."""
+    import sys
+
+    from metax_audit.report.lines import render_lines
+
+    lines = render_lines(report)
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def render_counts(line: str) -> None:
+    """The closing counts line, on stderr, wrapped as the first screen is."""
+    from metax_audit.cli.term import make_console, wrap_width, wrap_words
+
+    err = make_console(_color, stderr=True)
+    err.print("\n".join(wrap_words(visible(line), wrap_width(err))), markup=False, highlight=False, soft_wrap=True)
+
+
+def _verdict(verdict: str) -> None:
+
+    style = _VERDICT_STYLE.get(verdict.split(":", 1)[0], "bold")
+    _print_lines(verdict, first="", style_first=(0, len(verdict.split(":", 1)[0]), style), rest_style="bold")
+
+
+def _baseline_line(report: AuditReport) -> None:
+    if report.baseline_info:
+        b = report.baseline_info
+        _plain(f"against {b['rev']} {(b['commit'] or '')[:12]}: {b['new']} new, {b['changed']} changed, "
+               f"{b['unchanged']} unchanged, {b['fixed']} fixed")
+
+
+def _finding(f: Finding, text: str) -> None:
+    """`  [NEW] severity RULE path:line message`: wrapped at the terminal's width between words (never
+    inside a path or a name), the message cut after a whole word when it would take more lines."""
+    from rich.text import Text
+
+    from metax_audit.cli.term import cut_words, wrap_width, wrap_words
+
+    mark = _mark(f)
+    first = f"  {mark}{f.severity.value:7} {f.rule} "
+    width = wrap_width(_console)
+    text = visible(cut_words(text, _PIPE_CHARS[f.severity]) if width is None else " ".join(text.split()))
+    lines = wrap_words(text, width, first=first, max_lines=_LINES[f.severity])
+    out = Text("\n".join(lines))
+    at = 2
+    if mark:
+        out.stylize("bold magenta", at, at + len(mark.rstrip()))
+        at += len(mark)
+    out.stylize(_STYLE[f.severity], at, at + len(f.severity.value))
+    out.stylize("bold", len(first) - len(f.rule) - 1, len(first) - 1)
+    _console.print(out, soft_wrap=True)
+
+
 def _mark(f: Finding) -> str:
     """NEW / CHANGED against the baseline, or nothing."""
     return f"{f.baseline.value.upper():9} " if f.baseline is not None and f.baseline.is_new else ""
 
 
+def _print_lines(text: str, *, first: str = "", style_first: tuple[int, int, str] | None = None,
+                 rest_style: str | None = None) -> None:
+    from rich.text import Text
+
+    from metax_audit.cli.term import wrap_width, wrap_words
+
+    out = Text("\n".join(wrap_words(visible(text), wrap_width(_console), first=first)), style=rest_style or "")
+    if style_first is not None:
+        out.stylize(style_first[2], style_first[0], style_first[1])
+    _console.print(out, soft_wrap=True)
+
+
 def _plain(text: str) -> None:
-    """A line with text from the audited repo: control characters made visible, no markup."""
-    _console.print(visible(text), markup=False, highlight=False)
+    """A line with text from the audited repo: control characters made visible, no markup, wrapped
+    between words at the terminal's width (continuation lines indented)."""
+    indent = len(text) - len(text.lstrip(" "))
+    _print_lines(text.lstrip(" "), first=" " * indent)
 
 
 def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]) -> None:

@@ -14,7 +14,9 @@ from metax_audit.core.errors import ReportError
 from metax_audit.core.models import AuditReport
 
 FORMATS = ("md", "json", "sarif", "junit")  # written into --output-dir
-STREAM_FORMATS = ("github",)  # printed on stdout by the CLI after the review (report/github.py)
+# printed on stdout by the CLI after the review: github (report/github.py), text (report/lines.py:
+# one line per finding, instead of the terminal summary)
+STREAM_FORMATS = ("github", "text")
 ALL_FORMATS = (*FORMATS, *STREAM_FORMATS)  # the one list --format is checked against
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from metax_audit.core.findings import RULES
 from metax_audit.core.models import AuditReport, Category, Finding, Severity
+from metax_audit.report.rules_doc import rule_of
 
 # Most consequential first: a proven break of a kernel's semantics, then a call that does not bind,
 # then what upstream changed and the port did not follow, then capability questions, then differences.
@@ -94,7 +94,8 @@ def where(f: Finding) -> str:
 
 def what_why(f: Finding, limit: int = 220) -> str:
     """What breaks (the rule's title) and why (the finding's message), cut to one line."""
-    title = RULES[f.rule].title if f.rule in RULES else f.rule
+    known = rule_of(f.rule)
+    title = known.title if known is not None else f.rule
     text = " ".join(f"{title}: {f.message}".split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -63,6 +63,18 @@ def load_all_rules() -> dict[str, Rule]:
     return {k: RULES[k] for k in sorted(RULES)}
 
 
+def rule_of(rule_id: str) -> Rule | None:
+    """The rule `rule_id`, declared or not yet: a review served whole from the cache imports none of
+    the stages that declare their rules, so their titles (the first screen's "what breaks", SARIF's
+    rule descriptions) would be missing from a second run's reports; the stages are imported then."""
+    if rule_id not in RULES:
+        for name in RULE_MODULES:
+            _import_optional(name)
+        if rule_id not in RULES:
+            load_all_rules()
+    return RULES.get(rule_id)
+
+
 def _anchor(r: Rule) -> str:
     return r.id.lower()
 
