@@ -52,3 +52,21 @@ def test_review_with_probe_runs_the_probes_the_flows_name(tmp_path: Path) -> Non
     # kernel stack it cannot run, and the report must say so instead of passing it
     lse = [p for p in data["probes"] if p["probe"] == "lse" and "BatchPrefillWithPagedKVCacheWrapper" in p["target"]]
     assert lse and all(p["verdict"] in ("skipped", "error", "not-checkable") for p in lse), lse
+
+
+def test_probe_reports_go_outside_the_checkout_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a review's: never a reports/ in the directory it was started from, unless --output-dir."""
+    import os
+    import subprocess
+
+    checkout = tmp_path / "port"
+    checkout.mkdir()
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    monkeypatch.chdir(checkout)
+    r = runner.invoke(app, ["probe", "--target", "torch-reference", "--family", "paged-decode", "--probes", "lse",
+                            "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert not (checkout / "reports").exists()
+    out = Path(os.environ["METAX_AUDIT_CACHE"]) / "reports" / "probes" / "torch-reference"
+    assert (out / "probes.json").is_file()
+    assert f"reports: {out / 'probes.json'}" in " ".join(r.output.split()) or str(out) in r.output

@@ -157,3 +157,82 @@ def test_format_text_prints_one_compiler_line_per_finding(committed_demo: Path, 
     # text alone writes no file and prints no "reports:" path
     r = _demo_review(committed_demo, tmp_path / "b", "--format", "text")
     assert not (tmp_path / "b").exists() and "reports:" not in r.output
+
+
+def _options(command: str) -> set[str]:
+    import typer.main
+
+    sub = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return {o for p in sub.params if p.param_type_name == "option" and not p.hidden for o in p.opts}
+
+
+def test_help_shows_flags_without_a_type_and_keeps_every_word() -> None:
+    r = runner.invoke(app, ["review", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    assert "<bool>" not in r.output
+    assert "[tool.metax-audit]" in r.output  # rich markup used to eat it: "or  in the port"
+    assert "<str>" in r.output  # valued options still show what they take
+
+
+def test_trace_and_evidence_name_the_snapshot_options_as_review_does() -> None:
+    shared = {"--staged", "--worktree", "--rev", "--repo", "--upstream", "--config", "--color"}
+    assert shared <= _options("review")
+    for command in ("trace", "evidence"):
+        assert shared | {"--format"} <= _options(command), command
+    assert {"--format", "--color"} <= _options("contracts")
+    r = runner.invoke(app, ["evidence", "--format", "yaml"])
+    assert r.exit_code == 2 and "--format must be text or json" in r.output
+
+
+def test_an_unknown_backend_lists_each_registered_name_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from metax_audit.core.errors import AuditError
+    from metax_audit.pipeline import commands
+
+    chains = [SimpleNamespace(name="FLASH_ATTN", class_path="a.FlashAttentionBackend"),
+              SimpleNamespace(name="FLASH_ATTN", class_path="b.FlashAttnMLABackend"),
+              SimpleNamespace(name="TRITON_ATTN", class_path="c.TritonAttentionBackend")]
+
+    @contextmanager
+    def traced(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        yield None, None, None, SimpleNamespace(backends=chains), None
+
+    monkeypatch.setattr(commands, "_traced", traced)
+    with pytest.raises(AuditError) as err:
+        commands.trace_only(mode="rev", repo=None, rev="HEAD", upstream=None, backend="NOPE")
+    assert str(err.value) == "no registered backend named 'NOPE' (registered: FLASH_ATTN (2 classes), TRITON_ATTN)"
+
+
+def test_rule_explains_itself_from_the_table_docs_rules_md_is_made_of() -> None:
+    from metax_audit.report.rules_doc import load_all_rules
+    from metax_audit.report.severity_doc import SEVERITY
+
+    r = runner.invoke(app, ["rule", "mxa101"], env={"COLUMNS": "70"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    rule = load_all_rules()["MXA101"]
+    assert text.startswith(f"MXA101 {rule.title}")
+    assert " ".join(rule.help.split()) in text
+    assert SEVERITY["MXA101"]
+    for severity, when, example in SEVERITY["MXA101"]:
+        assert f"{severity} when {' '.join(when.split())}." in text and " ".join(example.split()) in text
+    assert "- rule: MXA101" in r.output and "reason:" in r.output and "docs/rules.md#mxa101" in text
+    # wrapped at the terminal's width, but for the waiver entry, which is YAML to copy as it stands
+    assert all(len(line) <= 70 for line in r.output.splitlines() if not line.startswith("    "))
+
+
+def test_an_unknown_rule_is_one_line_and_exit_2() -> None:
+    r = runner.invoke(app, ["rule", "MXA999"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == ["metax-audit: error: no rule 'MXA999' (`metax-audit rules` lists them)"]
+
+
+def test_rules_lists_every_rule_once() -> None:
+    from metax_audit.report.rules_doc import load_all_rules
+
+    r = runner.invoke(app, ["rules"], env={"COLUMNS": ""})
+    assert r.exit_code == 0
+    ids = [line.split()[0] for line in r.output.splitlines() if line.startswith("MXA")]
+    assert ids == list(load_all_rules())

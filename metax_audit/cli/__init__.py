@@ -34,6 +34,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+def _flags_take_no_value() -> None:
+    """typer's help shows a flag's type (`--staged <bool>`) as if it took a value; a flag takes none,
+    so its type column stays empty (as click's own help and every other CLI write it)."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_flags_plain", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    display_type_rich._flags_plain = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
 _state = {"debug": False, "main": False}
 _started: list[float] = []  # main(): when the process started (clock.process_started())
 
@@ -159,9 +178,18 @@ ModeRev = Annotated[str | None, typer.Option("--rev", help="Review a revision (c
 RepoOpt = Annotated[Path | None, typer.Option("--repo", help="The port's git checkout (default: the enclosing repo).")]
 UpstreamOpt = Annotated[str | None, typer.Option("--upstream", help="Upstream vLLM: a directory, a git clone at a revision (PATH@REV, read with git archive), an installed package, or vllm==X.Y.Z (downloaded once, cached).")]
 PythonOpt = Annotated[str | None, typer.Option("--python", help="Interpreter of the kernel stack to introspect/probe (default: this one).")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port's pyproject.toml).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or \\[tool.metax-audit] in the port's pyproject.toml).")]
+TextFormatOpt = Annotated[str, typer.Option("--format", help="text | json")]
+JsonAliasOpt = Annotated[bool, typer.Option("--json", hidden=True, help="The same as --format json.")]
 ColorOpt = Annotated[str, typer.Option("--color", help="auto | always | never (auto: colour on a terminal, none under NO_COLOR; FORCE_COLOR forces it).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="Print the headline and the counts only.")]
+
+
+def _text_or_json(fmt: str, as_json: bool) -> bool:
+    """--format text | json (and the older --json) of trace, evidence and contracts: True for JSON."""
+    if fmt not in ("text", "json"):
+        raise _fail(f"--format must be text or json (got {fmt!r})")
+    return as_json or fmt == "json"
 
 
 def _not_empty(**values: str | None) -> None:
@@ -344,26 +372,27 @@ def trace(
     rev: ModeRev = None,
     repo: RepoOpt = None,
     upstream: UpstreamOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="text | json")] = "text",
-    config: Annotated[Path | None, typer.Option("--config", help="Config file (default: .metax-audit.yaml or [tool.metax-audit] in the port).")] = None,
+    config: ConfigOpt = None,
+    fmt: TextFormatOpt = "text",
+    color: ColorOpt = "auto",
 ) -> None:
     """Print the traced chain of one backend: registration -> builder -> impl -> wrapper -> kernel."""
     from metax_audit.pipeline.commands import trace_only
 
+    json_out = _text_or_json(fmt, False)
+    _terminal(color)
     mode = _mode(staged, worktree, rev)
     _not_empty(upstream=upstream)
     with _Guard():
         chains = trace_only(mode=mode, repo=repo, rev=rev, upstream=upstream, backend=backend, config=config)
     from metax_audit.cli.render_trace import chain_to_dict, chain_tree
 
-    if fmt == "json":
+    if json_out:
         typer.echo(json.dumps([chain_to_dict(c) for c in chains], indent=2))
         return
-    from rich.console import Console
+    from metax_audit.cli.render import render_trees
 
-    console = Console()
-    for chain in chains:
-        console.print(chain_tree(chain))
+    render_trees([chain_tree(c) for c in chains])
 
 
 @app.command()
@@ -374,21 +403,26 @@ def probe(
     probes: Annotated[str, typer.Option("--probes", help="Comma list of probes (default: all that apply).")] = "",
     device: Annotated[str, typer.Option("--device", help="auto | cuda | cpu")] = "auto",
     python: PythonOpt = None,
-    output_dir: Annotated[Path, typer.Option("--output-dir", help="Where probe reports go.")] = Path("reports/probes"),
+    output_dir: Annotated[Path | None, typer.Option("--output-dir", help="Where probe reports go (default: a directory per backend or target under the metax-audit cache, outside the checkout).")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds per probe subprocess.")] = 300.0,
     world_size: Annotated[int, typer.Option("--world-size", help="dcp across N real ranks (torch.distributed: NCCL on GPUs, gloo on CPU); 0: simulated on one device.")] = 0,
+    color: ColorOpt = "auto",
 ) -> None:
     """Run discriminating probes (lse, layout, fp8-scale, dcp, query-count, padding, graph-capture, h2o)."""
     from metax_audit.pipeline.commands import probe as run_probe
 
+    _terminal(color)
     if bool(backend) == bool(target):
         raise _fail("give exactly one of --backend NAME or --target MOD:CALLABLE (with --family)")
     if target and not family:
         raise _fail("--target needs --family (see `metax-audit probe --help`)")
     with _Guard():
+        from metax_audit.cli.outdir import default_probe_output_dir, ensure_writable
+
+        out = ensure_writable(output_dir or default_probe_output_dir(backend or target or "probe"))
         results, written = run_probe(backend=backend, target=target, family=family,
                                      probes=tuple(p for p in probes.split(",") if p), device=device,
-                                     python=python, output_dir=output_dir, timeout=timeout,
+                                     python=python, output_dir=out, timeout=timeout,
                                      options={"world_size": str(world_size)} if world_size else None)
     from metax_audit.cli.render import render_probe_results
 
@@ -399,25 +433,32 @@ def probe(
 
 @app.command()
 def evidence(
-    capture_stack: Annotated[Path | None, typer.Option("--capture-stack", help="Also write a stack manifest of the traced kernel entry points.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON.")] = False,
+    capture_stack: Annotated[Path | None, typer.Option("--capture-stack", help="Also write a stack manifest of the traced kernel entry points (of the port snapshot chosen as for review).")] = None,
     save: Annotated[Path | None, typer.Option("--save", help="Save the environment record; an existing one is compared first.")] = None,
-    python: PythonOpt = None,
-    repo: RepoOpt = None,
-    rev: ModeRev = None,
+    staged: ModeStaged = False,
     worktree: ModeWorktree = False,
+    rev: ModeRev = None,
+    repo: RepoOpt = None,
     upstream: UpstreamOpt = None,
+    python: PythonOpt = None,
+    config: ConfigOpt = None,
+    fmt: TextFormatOpt = "text",
+    as_json: JsonAliasOpt = False,
+    color: ColorOpt = "auto",
 ) -> None:
     """Record device, driver, torch/Triton build, CUDA or MACA runtime and kernel package versions."""
     from metax_audit.pipeline.commands import evidence as run_evidence
 
     _not_empty(upstream=upstream, python=python)
+    json_out = _text_or_json(fmt, as_json)
+    _terminal(color)
     with _Guard():
         env, changes, manifest = run_evidence(python=python, save=save, capture_stack=capture_stack, repo=repo,
-                                              mode=_mode(False, worktree, rev), rev=rev, upstream=upstream)
+                                              mode=_mode(staged, worktree, rev), rev=rev, upstream=upstream,
+                                              config=config)
     from metax_audit.cli.render import render_evidence
 
-    render_evidence(env, changes, manifest, as_json)
+    render_evidence(env, changes, manifest, json_out)
 
 
 @app.command()
@@ -425,18 +466,50 @@ def contracts(
     check: Annotated[bool, typer.Option("--check", help="Rerun each observation's probe here: confirmed, contradicted or not checkable.")] = False,
     file: Annotated[Path | None, typer.Option("--file", help="Contracts file (default: component-contracts.md of this project).")] = None,
     python: PythonOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    fmt: TextFormatOpt = "text",
+    as_json: JsonAliasOpt = False,
+    color: ColorOpt = "auto",
 ) -> None:
     """List the component contracts and their versioned observations; --check re-verifies them."""
     from metax_audit.pipeline.commands import contracts as run_contracts
 
+    json_out = _text_or_json(fmt, as_json)
+    _terminal(color)
     with _Guard():
         contracts_obj, checks = run_contracts(path=file, check=check, python=python)
     from metax_audit.cli.render import render_contracts
 
-    render_contracts(contracts_obj, checks, as_json)
+    render_contracts(contracts_obj, checks, json_out)
     if check and any(c.status == "contradicted" for c in checks):
         raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command()
+def rule(
+    rule_id: Annotated[str, typer.Argument(metavar="RULE", help="A rule id, e.g. MXA101 (see `metax-audit rules`).")],
+    color: ColorOpt = "auto",
+) -> None:
+    """What a rule means, what makes it an error, a warning or info (with examples), how to waive it."""
+    from metax_audit.report.rules_doc import explain
+
+    _terminal(color)
+    found = explain(rule_id)
+    if found is None:
+        raise _fail(f"no rule {rule_id!r} (`metax-audit rules` lists them)")
+    from metax_audit.cli.render import render_rule
+
+    render_rule(found)
+
+
+@app.command()
+def rules(color: ColorOpt = "auto") -> None:
+    """Every rule: id, category, default severity and what it means (docs/rules.md has the same table)."""
+    from metax_audit.report.rules_doc import load_all_rules
+
+    _terminal(color)
+    from metax_audit.cli.render import render_rules
+
+    render_rules(tuple(load_all_rules().values()))
 
 
 @app.command()

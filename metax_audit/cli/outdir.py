@@ -28,6 +28,14 @@ def default_output_dir(repo: Path | None, mode: str | None, rev: str | None, *, 
     return cache_root(cache_dir) / "reports" / f"{_safe(name)}-{digest}" / _safe(run)
 
 
+def default_probe_output_dir(what: str, *, cache_dir: Path | None = None) -> Path:
+    """`<cache>/reports/probes/<backend or target>`: as a review's, a probe run's reports never land in
+    the checkout it was started from (the current directory), unless --output-dir says so."""
+    from metax_audit.cache.cachedir import cache_root
+
+    return cache_root(cache_dir) / "reports" / "probes" / _safe(what)
+
+
 def _repo_top(repo: Path | None) -> Path:
     from metax_audit.stages.snapshot import find_repo
 

@@ -152,22 +152,22 @@ def _mark(f: Finding) -> str:
 
 
 def _print_lines(text: str, *, first: str = "", style_first: tuple[int, int, str] | None = None,
-                 rest_style: str | None = None) -> None:
+                 rest_style: str | None = None, indent: int = 4) -> None:
     from rich.text import Text
 
     from metax_audit.cli.term import wrap_width, wrap_words
 
-    out = Text("\n".join(wrap_words(visible(text), wrap_width(_console), first=first)), style=rest_style or "")
+    out = Text("\n".join(wrap_words(visible(text), wrap_width(_console), first=first, indent=indent)), style=rest_style or "")
     if style_first is not None:
         out.stylize(style_first[2], style_first[0], style_first[1])
     _console.print(out, soft_wrap=True)
 
 
-def _plain(text: str) -> None:
+def _plain(text: str, hang: int = 4) -> None:
     """A line with text from the audited repo: control characters made visible, no markup, wrapped
-    between words at the terminal's width (continuation lines indented)."""
+    between words at the terminal's width (continuation lines indented `hang` more than the first)."""
     indent = len(text) - len(text.lstrip(" "))
-    _print_lines(text.lstrip(" "), first=" " * indent)
+    _print_lines(text.lstrip(" "), first=" " * indent, indent=indent + hang)
 
 
 def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]) -> None:
@@ -196,6 +196,40 @@ def render_probe_results(results: Sequence[ProbeResult], written: Sequence[Path]
               + (f"; ran on CPU: {', '.join(ran)}" if ran else "; on CPU run --backend torch-reference (graph-capture of a plan/run target: python -m metax_audit.probes run ... --option simulate=1)"))
     if written:
         print(f"reports: {', '.join(str(p) for p in written)}")
+
+
+def render_rule(found: Any) -> None:
+    """`metax-audit rule ID` (a rules_doc.RuleExplanation): title, meaning, each severity with an
+    example, a waiver entry; wrapped at the terminal's width."""
+    r = found.rule
+    _print_lines(f"{r.id} {r.title}", style_first=(0, len(r.id), "bold"), rest_style="")
+    _plain(f"category {r.category.value}; default severity {r.severity.value} (severity-overrides in the config can change it)", 0)
+    _console.print()
+    _plain(r.help, 0)
+    if found.severities:
+        _console.print()
+    for severity, when, example in found.severities:
+        _plain(f"{severity} when {when}.", 2)
+        _plain(f"  example: {example}.", 2)
+    _console.print()
+    _plain("waive it: an entry in the waivers file (review --waivers FILE, or the file the config's `waivers` names):", 0)
+    for line in found.waiver:
+        _console.print("    " + line, markup=False, highlight=False, soft_wrap=True)
+    _plain("or write entries for the current findings with review --generate-waivers FILE; "
+           f"a waiver that matches nothing is a finding itself. More: {found.doc}", 0)
+
+
+def render_rules(rules: Sequence[Any]) -> None:
+    """`metax-audit rules`: one line per rule (id, default severity, category, title)."""
+    for r in rules:
+        first = f"{r.id} {r.severity.value:7} {r.category.value:21} "
+        _print_lines(r.title, first=first, style_first=(0, len(r.id), "bold"), rest_style="", indent=len(first))
+
+
+def render_trees(trees: Sequence[Any]) -> None:
+    """`trace`: one rich tree per chain, on the configured console (--color)."""
+    for tree in trees:
+        _console.print(tree)
 
 
 def render_evidence(env: dict[str, Any], changes: Sequence[str], manifest: Path | None, as_json: bool) -> None:

@@ -60,7 +60,11 @@ def trace_only(*, mode: SnapshotMode | None, repo: Path | None, rev: str | None,
         chains = [c for c in result.backends if c.name.lower() == backend.lower()
                   or c.class_path.rsplit(".", 1)[-1].lower() == backend.lower()]
     if not chains:
-        names = ", ".join(sorted(c.name for c in result.backends)) or "none"
+        from collections import Counter
+
+        # a name registered to several classes (FLASH_ATTN of two attention types) is listed once
+        counts = Counter(c.name for c in result.backends)
+        names = ", ".join(f"{n} ({k} classes)" if k > 1 else n for n, k in sorted(counts.items())) or "none"
         raise AuditError(f"no registered backend named {backend!r} (registered: {names})")
     return chains
 
@@ -82,7 +86,8 @@ def probe(*, backend: str | None, target: str | None, family: str | None, probes
 
 
 def evidence(*, python: str | None, save: Path | None, capture_stack: Path | None, repo: Path | None,
-             mode: SnapshotMode | None, rev: str | None, upstream: str | None = None) -> tuple[dict[str, Any], list[str], Path | None]:
+             mode: SnapshotMode | None, rev: str | None, upstream: str | None = None,
+             config: Path | None = None) -> tuple[dict[str, Any], list[str], Path | None]:
     """`metax-audit evidence`: the environment record, compared with a saved one; optionally the stack manifest."""
     from metax_audit.stages.probing import evidence as evidence_mod
 
@@ -95,11 +100,11 @@ def evidence(*, python: str | None, save: Path | None, capture_stack: Path | Non
     if capture_stack is not None:
         from metax_audit.stages import introspect as introspect_mod
 
-        with _traced(mode, repo, rev, upstream) as (snap, config, discovery, result, up):
-            targets = introspect_mod.stack_targets(discovery, result, config.kernel_modules)
+        with _traced(mode, repo, rev, upstream, config) as (snap, audit_config, discovery, result, up):
+            targets = introspect_mod.stack_targets(discovery, result, audit_config.kernel_modules)
             roots = (snap.root, *((up.root,) if up and up.root else ()))
             facts = introspect_mod.introspect(targets, python=python, static_roots=roots,
-                                              never_import=(config.port_package,))
+                                              never_import=(audit_config.port_package,))
         introspect_mod.write_manifest(facts, capture_stack)
     return env, changes, capture_stack
 

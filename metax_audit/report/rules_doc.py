@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+from dataclasses import dataclass
 
 import metax_audit
 from metax_audit.core.findings import RULES, Rule
@@ -73,6 +74,28 @@ def rule_of(rule_id: str) -> Rule | None:
         if rule_id not in RULES:
             load_all_rules()
     return RULES.get(rule_id)
+
+
+@dataclass(frozen=True)
+class RuleExplanation:
+    """What `metax-audit rule ID` says: the rule, what makes it each severity (with an example), and a
+    waiver entry for it; the same table docs/rules.md is generated from."""
+
+    rule: Rule
+    severities: tuple[tuple[str, str, str], ...]  # (severity, when, example)
+    waiver: tuple[str, ...]  # the lines of a waivers-file entry for it
+    doc: str  # where docs/rules.md explains it
+
+
+def explain(rule_id: str) -> RuleExplanation | None:
+    """The explanation of `rule_id` (case-insensitive), or None for a rule that does not exist."""
+    found = rule_of(rule_id.strip().upper())
+    if found is None:
+        return None
+    waiver = ("- rule: " + found.id, "  path: vllm_metax/v1/attention/backends/flashinfer.py  # a glob",
+              "  reason: why this finding is accepted (who decided, what proves it harmless)",
+              "  expires: 2027-06-30  # optional: after this date the waiver is itself a finding")
+    return RuleExplanation(found, tuple(SEVERITY.get(found.id, ())), waiver, f"docs/rules.md#{_anchor(found)}")
 
 
 def _anchor(r: Rule) -> str:
