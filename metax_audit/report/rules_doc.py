@@ -107,7 +107,8 @@ def render_rules_markdown() -> str:
     out = [
         "# metax-audit rules",
         "",
-        f"Generated from the code by `{REGENERATE}`; do not edit by hand.",
+        f"Generated from the code by `{REGENERATE}`; do not edit by hand. On a terminal, "
+        "`metax-audit rule MXA101` prints one rule's entry (with a waiver for it) and `metax-audit rules` the table.",
         "",
         "Every finding carries one of these rule ids, a category from the fixed vocabulary, a severity "
         "(the default below; `severity_overrides` in `[tool.metax-audit]` can change it per rule) and "
