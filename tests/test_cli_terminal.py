@@ -236,3 +236,38 @@ def test_rules_lists_every_rule_once() -> None:
     assert r.exit_code == 0
     ids = [line.split()[0] for line in r.output.splitlines() if line.startswith("MXA")]
     assert ids == list(load_all_rules())
+
+
+@pytest.mark.parametrize(("change", "dirty", "staged"), [
+    ("none", False, False),
+    ("worktree-only", True, False),
+    ("staged", True, True),
+    ("staged-then-reverted", True, True),
+    ("staged-delete", True, True),
+    ("staged-new", True, True),
+])
+def test_dirty_and_staged_from_one_git_call(tmp_path: Path, change: str, dirty: bool, staged: bool) -> None:
+    from metax_audit.stages import snapshot as snapshot_mod
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("A = 1\n")
+    (tmp_path / "b.py").write_text("B = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    if change in ("worktree-only", "staged-then-reverted", "staged"):
+        (tmp_path / "a.py").write_text("A = 2\n")
+    if change in ("staged", "staged-then-reverted"):
+        git("add", "a.py")
+    if change == "staged-then-reverted":
+        (tmp_path / "a.py").write_text("A = 1\n")
+    if change == "staged-delete":
+        git("rm", "-q", "b.py")
+    if change == "staged-new":
+        (tmp_path / "c.py").write_text("C = 1\n")
+        git("add", "c.py")
+    entries = snapshot_mod._index_entries(tmp_path)
+    assert snapshot_mod._dirty_and_staged(tmp_path, entries) == (dirty, staged)
+    assert snapshot_mod._index_differs(tmp_path) is staged  # the plain question agrees

@@ -132,6 +132,31 @@ def _index_differs(repo: Path) -> bool:
     return _git(repo, "diff-index", "--cached", "--quiet", "HEAD", "--").returncode != 0
 
 
+def _dirty_and_staged(repo: Path, entries: list[IndexEntry]) -> tuple[bool, bool]:
+    """(the work tree differs from HEAD, the index differs from HEAD), from the one `git diff-index
+    HEAD` a staged review already ran for the first: each path it lists carries HEAD's blob and mode,
+    which the index entries (read before) either match (a change in the work tree only) or not
+    (staged). A path staged and then changed back in the work tree is listed too: its index entry's
+    stat no longer matches the file."""
+    res = _git(repo, "diff-index", "-z", "HEAD", "--")
+    if res.returncode != 0:
+        return True, _index_differs(repo)
+    index = {e.path: e for e in entries}
+    staged = any(e.stage != "0" for e in entries)
+    fields = res.stdout.split("\0")
+    dirty = bool(res.stdout)
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        if staged:
+            break
+        parts = meta.lstrip(":").split()
+        if len(parts) < 5:
+            return dirty, _index_differs(repo)  # not the format read here: ask git plainly
+        old_mode, old_blob, status = parts[0], parts[2], parts[4]
+        entry = index.get(path)
+        staged = entry is None or status.startswith("A") or entry.blob != old_blob or entry.mode != old_mode
+    return dirty, staged
+
+
 def has_staged_changes(repo: Path) -> bool:
     head = head_commit(repo)
     if head is None:
@@ -427,9 +452,13 @@ def snapshot(
                     count, notes = export(tmp)
                     notes += _contain_links(tmp)
                 label = "index" if mode == "staged" else "worktree"
-                if mode == "staged" and head is not None and not _index_differs(top):
-                    notes = [NOTHING_STAGED.format(head=head[:12]), *notes]
-                snap = SnapshotInfo(mode, str(top), head, _is_dirty(top, head), root, label, count, tuple(notes))
+                if mode == "staged" and head is not None:
+                    dirty, staged = _dirty_and_staged(top, entries)
+                    if not staged:
+                        notes = [NOTHING_STAGED.format(head=head[:12]), *notes]
+                else:
+                    dirty = _is_dirty(top, head)
+                snap = SnapshotInfo(mode, str(top), head, dirty, root, label, count, tuple(notes))
             else:
                 if not rev:
                     raise SnapshotError("--rev needs a revision")
