@@ -271,3 +271,32 @@ def test_dirty_and_staged_from_one_git_call(tmp_path: Path, change: str, dirty: 
     entries = snapshot_mod._index_entries(tmp_path)
     assert snapshot_mod._dirty_and_staged(tmp_path, entries) == (dirty, staged)
     assert snapshot_mod._index_differs(tmp_path) is staged  # the plain question agrees
+
+
+@pytest.mark.parametrize(("text", "budget", "cut"), [
+    ("short enough", 40, "short enough"),
+    ("registered to vllm_metax.v1.attention.backends.mla.triton_mla.MacaTritonMLABackend, which", 40,
+     "registered to ..."),
+    ("vllm_metax/v1/attention/backends/flashinfer.py:252 is long", 20, "vllm_metax/v1/attention/backends/flashinfer.py:252 ..."),
+    ("  spaces   folded  ", 40, "spaces folded"),
+])
+def test_cut_words_never_cuts_inside_a_token(text: str, budget: int, cut: str) -> None:
+    from metax_audit.report.text import cut_words
+
+    assert cut_words(text, budget) == cut
+
+
+def test_summary_md_cuts_the_first_screen_after_whole_words() -> None:
+    from dataclasses import replace
+
+    import report_factory as rf
+
+    from metax_audit.core.models import Category, Finding, Location, Severity
+    from metax_audit.report.markdown import render_summary
+
+    name = "vllm_metax.v1.attention.backends.mla.triton_mla.MacaTritonMLABackend"
+    f = Finding("MXA010", Category.REGISTRATION, Severity.ERROR, Location("vllm_metax/platform.py", 40, "f"),
+                "attention-backend TRITON_MLA is registered to " + name + ", which does not exist " * 8, ())
+    text = render_summary(rf.make_report(findings=[replace(f)]))
+    line = next(line for line in text.splitlines() if "`MXA010`" in line)
+    assert line.endswith(" ...") and ("MacaTritonMLABackend" in line or "triton" not in line)

@@ -129,7 +129,8 @@ def _finding(f: Finding, text: str) -> None:
     inside a path or a name), the message cut after a whole word when it would take more lines."""
     from rich.text import Text
 
-    from metax_audit.cli.term import cut_words, wrap_width, wrap_words
+    from metax_audit.cli.term import wrap_width, wrap_words
+    from metax_audit.report.text import cut_words
 
     mark = _mark(f)
     first = f"  {mark}{f.severity.value:7} {f.rule} "

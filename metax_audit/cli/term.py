@@ -6,12 +6,13 @@ import os
 import textwrap
 from typing import TYPE_CHECKING, Literal
 
+from metax_audit.report.text import ELLIPSIS
+
 if TYPE_CHECKING:
     from rich.console import Console
 
 ColorMode = Literal["auto", "always", "never"]
 COLOR_MODES: tuple[ColorMode, ...] = ("auto", "always", "never")
-ELLIPSIS = " ..."
 
 
 def color_mode(asked: str) -> ColorMode:
@@ -51,20 +52,6 @@ def wrap_width(console: Console) -> int | None:
     if isatty is not None and isatty():
         return console.size.width
     return None
-
-
-def cut_words(text: str, budget: int) -> str:
-    """`text` in at most `budget` characters, cut after a whole word (never inside a path or a
-    name) and marked with ' ...'; a first word longer than the budget is kept whole."""
-    text = " ".join(text.split())
-    if len(text) <= budget:
-        return text
-    head = text[: max(budget - len(ELLIPSIS), 0) + 1]
-    cut = head.rfind(" ")
-    if cut <= 0:
-        first = text.split(" ", 1)[0]
-        return first + (ELLIPSIS if len(first) < len(text) else "")
-    return text[:cut].rstrip() + ELLIPSIS
 
 
 def wrap_words(text: str, width: int | None, *, first: str = "", indent: int = 4, max_lines: int | None = None) -> list[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from metax_audit.core.models import AuditReport, Category, Finding, Severity
 from metax_audit.report.rules_doc import rule_of
+from metax_audit.report.text import cut_words
 
 # Most consequential first: a proven break of a kernel's semantics, then a call that does not bind,
 # then what upstream changed and the port did not follow, then capability questions, then differences.
@@ -96,8 +97,7 @@ def what_why(f: Finding, limit: int = 220) -> str:
     """What breaks (the rule's title) and why (the finding's message), cut to one line."""
     known = rule_of(f.rule)
     title = known.title if known is not None else f.rule
-    text = " ".join(f"{title}: {f.message}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut_words(f"{title}: {f.message}", limit)  # after a whole word: never inside a path or a name
 
 
 def one_line(f: Finding, limit: int = 220) -> str:

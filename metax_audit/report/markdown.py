@@ -9,7 +9,7 @@ from pathlib import Path
 
 from metax_audit.core.models import AuditReport, CallSite, Category, Difference, FileRecord, Finding, Severity
 from metax_audit.report.first_screen import first_screen, one_line, untouched_line
-from metax_audit.report.text import uri, visible
+from metax_audit.report.text import cut_words, uri, visible
 from metax_audit.stages.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
 
 FILES_DIR = "files"
@@ -271,8 +271,7 @@ def new_findings_section(report: AuditReport, link: Linker = no_links) -> list[s
 
 
 def _clip(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut_words(text, limit)  # after a whole word: never inside a path or a name
 
 
 WARNINGS_SHOWN = 25  # on the first screen; the rest are under "Findings" below

@@ -24,3 +24,20 @@ def visible(text: str, *, lines: bool = False) -> str:
 def uri(path: str) -> str:
     """A repo-relative path as a URI reference (SARIF artifactLocation.uri): percent-encoded."""
     return quote(path, safe="/")
+
+
+ELLIPSIS = " ..."
+
+
+def cut_words(text: str, budget: int) -> str:
+    """`text` in at most `budget` characters, cut after a whole word (never inside a path or a
+    name) and marked with ' ...'; a first word longer than the budget is kept whole."""
+    text = " ".join(text.split())
+    if len(text) <= budget:
+        return text
+    head = text[: max(budget - len(ELLIPSIS), 0) + 1]
+    cut = head.rfind(" ")
+    if cut <= 0:
+        first = text.split(" ", 1)[0]
+        return first + (ELLIPSIS if len(first) < len(text) else "")
+    return text[:cut].rstrip() + ELLIPSIS
