@@ -300,3 +300,12 @@ def test_summary_md_cuts_the_first_screen_after_whole_words() -> None:
     text = render_summary(rf.make_report(findings=[replace(f)]))
     line = next(line for line in text.splitlines() if "`MXA010`" in line)
     assert line.endswith(" ...") and ("MacaTritonMLABackend" in line or "triton" not in line)
+
+
+def test_a_run_that_writes_no_report_prints_no_reports_line(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "a.py").write_text("A = 1\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "a.py"], check=True)
+    r = runner.invoke(app, ["review", "--staged", "--repo", str(tmp_path), "--output-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2 and "port package 'vllm_metax' not found" in r.output
+    assert "reports:" not in r.output
