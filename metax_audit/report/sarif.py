@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from metax_audit.core.findings import Rule
+from metax_audit.core.findings import RULES, Rule
 from metax_audit.core.models import AuditReport, Finding
-from metax_audit.report.rules_doc import rule_of
 from metax_audit.report.text import uri
 
 SARIF_VERSION = "2.1.0"
@@ -85,7 +84,7 @@ def _rules(report: AuditReport) -> list[Rule]:
 
         load_all_rules()
     for f in report.findings:
-        used[f.rule] = rule_of(f.rule) or Rule(
+        used[f.rule] = RULES.get(f.rule) or Rule(
             f.rule, f.category, f.severity, f"{f.category.value} finding", "No help text was declared for this rule."
         )
     return [used[k] for k in sorted(used)]
