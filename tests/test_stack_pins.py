@@ -266,3 +266,24 @@ def test_installed_versions_are_asked_once_per_stack_identity(monkeypatch: pytes
     identity[0] = "stack-b"
     assert stack_pins.installed_versions(["pytest", "no-such-dist"], sys.executable) == first and len(asked) == 2
     assert stack_pins.installed_versions(["no-such-dist"], sys.executable) == {} and len(asked) == 3
+
+
+def test_a_kernel_sources_directory_binds_a_pin_without_any_index(tmp_path: Path, installed: dict[str, str]) -> None:
+    write_tree(tmp_path / "repo", {"requirements/vendor.txt": "flash_mla==1.0.1+vendor\n"})
+    write_tree(tmp_path / "src", {"flash_mla/__init__.py": "def run(q): ...\n"})
+    [b] = bind(tmp_path / "repo", CFG, python=None, manifest=False, cache_dir=tmp_path / "cache",
+               kernel_roots=(tmp_path / "elsewhere", tmp_path / "src"))
+    assert (b.bound, b.root) == ("kernel-sources", tmp_path / "src") and binding_findings([b]) == []
+    [b] = bind(tmp_path / "repo", CFG, python=None, manifest=False, cache_dir=tmp_path / "cache")
+    assert b.bound == "unbound"
+
+
+def test_config_that_widens_vendor_extends_or_accepts_unbound_says_so(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from metax_audit.core.config import departures
+
+    config = replace(CFG, vendor_extends=("flash_attn", "flashinfer"), allow_unbound=("flash_mla",))
+    said = departures(config, tmp_path)
+    assert "vendor-extends adds flashinfer (keywords their public base lacks are warnings, not errors)" in said
+    assert "allow-unbound accepts flash_mla unbound (calls into it go unchecked)" in said
