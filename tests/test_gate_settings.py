@@ -160,3 +160,19 @@ def test_the_subjects_config_governs_its_baseline(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "out" / "report.json").read_text())
     assert data["baseline"]["rev"] == "HEAD" and data["baseline"]["new"] == 0, data["baseline"]
     assert any(f["path"].startswith("ascendish/") for f in data["files"])
+
+
+def test_new_only_from_the_config_on_a_review_without_baseline_counts_every_finding(tmp_path: Path) -> None:
+    # the hook's new-only in the config must not break the push workflow's plain --rev review
+    repo = demo.build_demo_repo(tmp_path / "repo")
+    _config(repo, f"upstream = {str(demo.upstream_root())!r}\nnew-only = true\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "the gate in the config")
+    r = runner.invoke(app, ["review", "--rev", "HEAD", "--repo", str(repo), "--format", "json", "--output-dir",
+                            str(tmp_path / "out")])
+    assert r.exit_code == 1, r.output  # the demo port's errors count: the stricter gate
+    settings = next(s["note"] for s in json.loads((tmp_path / "out" / "report.json").read_text())["stages"]
+                    if s["name"] == "settings")
+    assert "new-only=True ignored: no baseline, every finding counts (pyproject.toml [tool.metax-audit])" in settings
+    flag = runner.invoke(app, ["review", "--rev", "HEAD", "--repo", str(repo), "--new-only", "--output-dir", str(tmp_path / "o2")])
+    assert flag.exit_code == 2 and "--new-only needs a baseline" in flag.output

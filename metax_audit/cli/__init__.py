@@ -251,7 +251,7 @@ def review(
         gate = _gate_settings(repo, mode, config, upstream=upstream, base=base, stack=stack, python=python,
                               fail_on=fail_on, new_only=True if new_only else False if all_findings else None,
                               allow_unbound=allow_unbound)
-    fail_on, new_only = gate.values["fail_on"], gate.values["new_only"]
+    fail_on, new_only, cli_new_only = gate.values["fail_on"], gate.values["new_only"], new_only
     if fail_on not in ("error", "warning", "info", "never"):
         raise _fail(f"--fail-on must be error, warning, info or never (got {fail_on!r})")
     options = ReviewOptions(
@@ -264,7 +264,13 @@ def review(
     )
     if sum(map(bool, (baseline, merge_base, no_baseline))) > 1:
         raise _fail("choose one of --baseline, --merge-base, --no-baseline")
-    if new_only and (no_baseline or (rev is not None and not (baseline or merge_base))):
+    no_base = no_baseline or (rev is not None and not (baseline or merge_base))
+    if new_only and no_base and not cli_new_only:
+        # new-only from the config (the hook's setting) on a review without a baseline (a push's --rev):
+        # every finding counts, the stricter gate, and the settings record says so
+        new_only = False
+        gate = _Gate(gate.values, gate.note.replace("new-only=True", "new-only=True ignored: no baseline, every finding counts"))
+    if new_only and no_base:
         raise _fail("--new-only needs a baseline: --staged/--worktree compare with HEAD; with --rev pass --baseline REV "
                     "or --merge-base BRANCH")
     _review_and_render(options, formats, output_dir, fail_on, generate_waivers, new_only=new_only, settings=gate.note,
