@@ -77,3 +77,19 @@ def test_cli_accepts_every_option_the_examples_use():
     text = (ROOT / "docs" / "github-actions-review.yml").read_text() + (ROOT / ".pre-commit-hooks.yaml").read_text()
     for option in sorted(set(re.findall(r"(--[a-z][a-z-]+)", text)) - {"--upstream"}):
         assert option in help_text, option
+
+
+def test_the_wheel_ships_every_data_file_the_code_reads() -> None:
+    # the hook's venv installs a built wheel, not an editable checkout: a data file left out of package-data
+    # is missing there (the contracts file after it moved to core/: the dataflow stage did not run)
+    import subprocess
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["metax_audit"]
+    package = ROOT / "metax_audit"
+    shipped = {p.relative_to(package).as_posix() for pattern in patterns for p in package.glob(pattern) if p.is_file()}
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "metax_audit"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    data = {Path(t).relative_to("metax_audit").as_posix() for t in tracked
+            if not t.endswith(".py") and Path(t).name != "README.md" and not t.startswith("metax_audit/demo/")}
+    assert data and data <= shipped, data - shipped
