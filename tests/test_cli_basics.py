@@ -28,7 +28,7 @@ def test_help_imports_no_torch_triton_or_vllm() -> None:
 
 
 def test_every_command_has_help() -> None:
-    for cmd in ("review", "trace", "probe", "evidence", "contracts", "demo"):
+    for cmd in ("review", "trace", "probe", "evidence", "contracts", "rule", "rules", "demo"):
         r = runner.invoke(app, [cmd, "--help"])
         assert r.exit_code == 0, (cmd, r.output)
 
