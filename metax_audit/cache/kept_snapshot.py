@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.cache.cachedir import cache_root
-from metax_audit.core import subproc
+from metax_audit.core import gitcmd
+from metax_audit.core.errors import SubprocessError
 
 FORMAT = 2
 KEEP = 8  # kept snapshots (one per repository); the least recently used go first
@@ -147,13 +148,22 @@ def _parents(path: str) -> list[str]:
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def hold_index(top: Path, selected: list[IndexEntry], identity: str, run_git: Callable[..., subproc.Completed],
-               ) -> Held | None:
+def hold_index(top: Path, selected: list[IndexEntry], identity: str) -> Held | None:
     """The kept snapshot of `selected` (index entries), updated and locked; None when another review
-    holds it or it cannot be kept (the caller exports afresh)."""
+    holds it or it cannot be kept (the caller exports afresh). Files are their blobs' raw bytes, read
+    with cat-file --batch (gitcmd.write_blobs: no filter of the repo runs), as a fresh export writes them."""
     def write(tree: Path, paths: list[str]) -> dict[str, tuple | None] | None:
-        res = run_git("checkout-index", "--force", "-z", "--stdin", f"--prefix={tree}{os.sep}", input="\0".join(paths))
-        return {p: want[p] for p in paths} if res.returncode == 0 else None
+        def place(root: Path, rel: str) -> Path:
+            target = root / rel
+            os.makedirs(target.parent, exist_ok=True)
+            return target
+
+        entries = [gitcmd.TreeEntry(want[p][0], want[p][1], p) for p in paths]
+        try:
+            gitcmd.write_blobs(top, tree, entries, place)
+        except (SubprocessError, OSError):
+            return None
+        return {p: want[p] for p in paths}
 
     def is_blob(path: str, data: bytes) -> bool:
         return _blob_id(data, want[path][1]) == want[path][1]

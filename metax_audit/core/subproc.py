@@ -192,11 +192,13 @@ def spawn_python(interpreter: str, args: Sequence[str], *, cwd: Path, env: Mappi
         raise SubprocessError(f"cannot run {interpreter!r}: {exc.strerror}") from exc
 
 
-def run_binary(args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 600) -> tuple[int, bytes, str]:
+def run_binary(args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float = 600,
+               input: bytes | None = None) -> tuple[int, bytes, str]:
     """Like run() for a command whose stdout is binary (a tar stream): (returncode, stdout, stderr).
     A timeout is an error here: a truncated binary stream is not a usable result."""
     try:
-        proc = subprocess.run(list(args), env={**os.environ, **(env or {})}, capture_output=True, timeout=timeout)
+        proc = subprocess.run(list(args), env={**os.environ, **(env or {})}, capture_output=True, timeout=timeout,
+                              input=input)
     except FileNotFoundError as exc:
         raise SubprocessError(f"cannot run {args[0]!r}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+from metax_audit.core import gitcmd
 from metax_audit.core.errors import AuditError
 from metax_audit.core.subproc import run
 
@@ -85,7 +86,7 @@ def port_root() -> Path:
 
 
 def _git(dest: Path, *args: str) -> str:
-    done = run(["git", *_GIT_FLAGS, *args], cwd=dest, env=_GIT_ENV, timeout=60, check=True)
+    done = run(gitcmd.command(dest, *_GIT_FLAGS, *args), env={**gitcmd.GIT_ENV, **_GIT_ENV}, timeout=60, check=True)
     return done.stdout
 
 

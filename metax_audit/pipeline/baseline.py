@@ -39,12 +39,12 @@ def baseline_rev(options: ReviewOptions, snap: SnapshotInfo) -> str | None:
 def merge_base(options: ReviewOptions, snap: SnapshotInfo) -> str:
     from pathlib import Path
 
-    from metax_audit.core import subproc
+    from metax_audit.core import gitcmd
     from metax_audit.stages.snapshot import find_repo
 
     top = find_repo(options.repo or Path.cwd())
     tip = snap.commit or "HEAD"
-    res = subproc.run(["git", "-C", str(top), "merge-base", tip, str(options.merge_base)], timeout=60)
+    res = gitcmd.run(top, "merge-base", tip, str(options.merge_base), timeout=60)
     if res.returncode != 0 or not res.stdout.strip():
         raise SnapshotError(f"no merge base of {tip[:12]} and {options.merge_base!r} (is the branch name right?)")
     return res.stdout.strip()

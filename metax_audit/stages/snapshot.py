@@ -2,37 +2,34 @@
 # installed distribution, exported into a temporary directory that is always removed.
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
 import stat
 import sys
-import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from metax_audit.core import subproc, tempdirs
+from metax_audit.core import gitcmd, subproc, tempdirs
 from metax_audit.core.config import AuditConfig, load_config
-from metax_audit.core.errors import SnapshotError
+from metax_audit.core.errors import SnapshotError, SubprocessError
 from metax_audit.core.models import SnapshotInfo, SnapshotMode, TestRun
 
 if TYPE_CHECKING:
     from metax_audit.cache.kept_snapshot import Held, IndexEntry
 
-# Plain git plumbing rather than GitPython here: every call must run with GIT_OPTIONAL_LOCKS=0
-# (no opportunistic index refresh) and we need exact control over what touches the repo.
-# checkout-index/archive/ls-files/rev-parse/diff-index only read the repository.
-_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+# Every git call goes through gitcmd (no fsmonitor, hooks, filters or textconv of the audited repo
+# ever run; GIT_OPTIONAL_LOCKS=0: no opportunistic index refresh). Blobs are read raw with
+# cat-file --batch and written here: ls-files/ls-tree/cat-file/rev-parse/diff-index only read the repository.
 
 MODES = ("staged", "worktree", "rev", "installed")
 
 
 def _git(repo: Path, *args: str) -> subproc.Completed:
-    return subproc.run(["git", "-C", str(repo), *args], env=_GIT_ENV, timeout=300)
+    return gitcmd.run(repo, *args)
 
 
 # Within one review (remembered_git), the top of a path's repository and the commit of a revision are
@@ -179,14 +176,31 @@ def _selected(path: str, only: tuple[str, ...]) -> bool:
 
 
 def _export_index(repo: Path, dest: Path, entries: list[IndexEntry], only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
-    paths = [p for p in dict.fromkeys(e.path for e in entries) if _selected(p, only)]
-    # checkout-index writes only under --prefix; without -u it never updates the index's stat data.
-    res = subproc.run(["git", "-C", str(repo), "checkout-index", "--force", "-z", "--stdin", f"--prefix={dest}{os.sep}"],
-                      env=_GIT_ENV, timeout=300, input="\0".join(paths))
-    if res.returncode != 0:
-        raise SnapshotError(f"git checkout-index failed: {(res.stderr.strip().splitlines() or [''])[-1]}")
-    notes = [f"submodule {e.path} exported as an empty directory (gitlink only)" for e in entries if e.mode == "160000"]
-    return len(paths), notes
+    """Write the selected index entries under `dest` as their blobs' raw bytes (write_entries)."""
+    selected = [e for e in entries if _selected(e.path, only)]
+    unmerged = sorted({e.path for e in selected if e.stage != "0"})
+    if unmerged:
+        raise SnapshotError(f"{unmerged[0]} is unmerged in the index (resolve the conflict, then stage it)")
+    return write_entries(repo, dest, [gitcmd.TreeEntry(e.mode, e.blob, e.path) for e in selected])
+
+
+def write_entries(repo: Path, dest: Path, entries: list[gitcmd.TreeEntry]) -> tuple[int, list[str]]:
+    """Write index or tree entries under `dest`: regular files as their blobs' raw bytes (no filter,
+    smudge or eol conversion of the repo's attributes ever runs or applies), symlinks as links to the
+    blob's text (_contain_links then judges them), gitlinks as empty directories. Every path goes
+    through _place. Returns (files written, notes)."""
+    count = gitcmd.write_blobs(repo, dest, entries, _place)
+    links = [e for e in entries if e.mode == "120000"]
+    targets = gitcmd.read_blobs(repo, (e.oid for e in links))
+    notes: list[str] = []
+    for e in links:
+        os.symlink(os.fsdecode(targets[e.oid]), _place(dest, e.path))
+        count += 1
+    for e in entries:
+        if e.mode == "160000":
+            _mkdir_in(dest, e.path)
+            notes.append(f"submodule {e.path} exported as an empty directory (gitlink only)")
+    return count, notes
 
 
 def _place(root: Path, rel: str) -> Path:
@@ -320,31 +334,29 @@ def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) ->
     pathspecs: list[str] = []
     if only:
         top_names = set(_git(repo, "ls-tree", "--name-only", "-z", sha).stdout.split("\0"))
-        pathspecs = ["--", *[o for o in only if o.split("/")[0] in top_names]]
-        if len(pathspecs) == 1:
+        pathspecs = [o for o in only if o.split("/")[0] in top_names]
+        if not pathspecs:
             return sha, 0, [f"none of {', '.join(only)} exists at {rev}"]
-    code, tar_bytes, err = subproc.run_binary(["git", "-C", str(repo), "archive", "--format=tar", sha, *pathspecs],
-                                              env=_GIT_ENV)
-    if code != 0:
-        raise SnapshotError(f"git archive {rev} failed: {err.strip()}")
-    count = 0
+    try:
+        entries = gitcmd.ls_tree(repo, sha, *pathspecs)
+    except SubprocessError as exc:
+        raise SnapshotError(f"reading {rev} failed: {exc}") from exc
     notes: list[str] = []
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
-        members = []
-        for m in tar.getmembers():
-            if m.name == "pax_global_header" or not (m.isfile() or m.isdir() or m.issym()):
+    kept: list[gitcmd.TreeEntry] = []
+    for e in entries:
+        if e.mode == "120000":
+            target = gitcmd.read_blobs(repo, [e.oid])[e.oid].decode(errors="surrogateescape")
+            if not _link_inside(dest, e.path, target):
+                notes.append(f"symlink {e.path} -> {target} leaves the repository: recorded, not followed")
                 continue
-            if m.issym() and not _link_inside(dest, m.name, m.linkname):
-                notes.append(f"symlink {m.name} -> {m.linkname} leaves the repository: recorded, not followed")
-                continue
-            members.append(m)
-        # "data" refuses absolute names, `..` and links leaving dest; we dropped those links above.
-        tar.extractall(dest, members=members, filter="data")
-        count = sum(1 for m in members if m.isfile() or m.issym())
-    tree = _git(repo, "ls-tree", "-r", "-z", sha)
-    for entry in tree.stdout.split("\0"):
-        if entry.startswith("160000 "):
-            notes.append(f"submodule {entry.split(chr(9), 1)[1]} not exported (git archive leaves gitlinks empty)")
+        elif e.mode == "160000":
+            notes.append(f"submodule {e.path} not exported (a gitlink has no files in this repository)")
+            continue
+        kept.append(e)
+    try:
+        count, _ = write_entries(repo, dest, kept)
+    except SubprocessError as exc:
+        raise SnapshotError(f"reading {rev} failed: {exc}") from exc
     return sha, count, notes
 
 
@@ -495,10 +507,7 @@ def _hold_kept(top: Path, gitdir: Path | None, entries: list[IndexEntry], only: 
     if identity is None:
         return None
 
-    def run_git(*args: str, input: str | None = None) -> subproc.Completed:
-        return subproc.run(["git", "-C", str(top), *args], env=_GIT_ENV, timeout=300, input=input)
-
-    return kept_snapshot.hold_index(top, selected, identity, run_git)
+    return kept_snapshot.hold_index(top, selected, identity)
 
 
 def default_mode(repo: Path | None) -> tuple[SnapshotMode, str | None, str]:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import ast
-import io
 import os
 import re
 import shutil
 import sys
-import tarfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -16,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.cache.cachedir import cache_root
-from metax_audit.core import subproc, tempdirs
-from metax_audit.core.errors import ConfigError, UpstreamError
+from metax_audit.core import gitcmd, subproc, tempdirs
+from metax_audit.core.errors import ConfigError, SubprocessError, UpstreamError
 from metax_audit.core.models import UpstreamInfo
 
 if TYPE_CHECKING:
@@ -151,11 +149,11 @@ def _from_installed(name: str, package: str) -> UpstreamInfo:
 
 def _from_git(repo: Path, rev: str, package: str, root_dir: Path) -> UpstreamInfo:
     """`PATH@REV`: the package (and its C++ sources, for op registrations) as committed at REV, read
-    with `git archive` into `<cache>/upstream/git-<sha>/`; the clone's work tree and index are untouched."""
-    env = {"GIT_OPTIONAL_LOCKS": "0"}
-    done = subproc.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"], env=env, timeout=60)
+    raw from git's objects (gitcmd: no filter of the clone runs) into `<cache>/upstream/git-<sha>/`;
+    the clone's work tree and index are untouched."""
+    done = gitcmd.run(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}", timeout=60)
     if done.timed_out or done.returncode != 0 or not done.stdout.strip():
-        inside = subproc.run(["git", "-C", str(repo), "rev-parse", "--git-dir"], env=env, timeout=60)
+        inside = gitcmd.run(repo, "rev-parse", "--git-dir", timeout=60)
         if inside.returncode != 0:
             raise UpstreamError(f"--upstream {repo}@{rev}: {repo} is not a git repository")
         raise UpstreamError(f"--upstream {repo}@{rev}: unknown revision {rev!r} in {repo}")
@@ -165,31 +163,42 @@ def _from_git(repo: Path, rev: str, package: str, root_dir: Path) -> UpstreamInf
         _archive(repo, sha, package, entry, root_dir)
     if not (entry / package).is_dir():
         raise UpstreamError(f"{repo}@{rev} (commit {sha[:12]}) holds no '{package}' package at its top level")
-    described = subproc.run(["git", "-C", str(repo), "describe", "--tags", "--always", sha], env=env, timeout=60)
+    described = gitcmd.run(repo, "describe", "--tags", "--always", sha, timeout=60)
     version = read_version(entry, package) or (described.stdout.strip() if described.returncode == 0 else None)
     return UpstreamInfo(package=package, version=version or sha[:12], source=f"git:{repo}@{rev} (commit {sha})",
                         root=entry)
 
 
 def _archive(repo: Path, sha: str, package: str, entry: Path, root_dir: Path) -> None:
-    tops = subproc.run(["git", "-C", str(repo), "ls-tree", "--name-only", "-z", sha], timeout=60).stdout.split("\0")
+    tops = gitcmd.run(repo, "ls-tree", "--name-only", "-z", sha, timeout=60).stdout.split("\0")
     paths = [p for p in (package, "csrc") if p in tops]
     if not paths:
         raise UpstreamError(f"{repo} at {sha[:12]} holds no '{package}' package at its top level")
-    code, tar_bytes, err = subproc.run_binary(["git", "-C", str(repo), "archive", "--format=tar", sha, "--", *paths],
-                                              env={"GIT_OPTIONAL_LOCKS": "0"})
-    if code != 0:
-        raise UpstreamError(f"git archive {sha[:12]} in {repo} failed: {err.strip().splitlines()[-1:] or code}")
+    try:
+        entries = [e for e in gitcmd.ls_tree(repo, sha, *paths)
+                   if e.mode in ("100644", "100755") and (e.path.endswith(".py") or e.path.startswith("csrc/"))]
+    except SubprocessError as exc:
+        raise UpstreamError(f"reading {sha[:12]} in {repo} failed: {exc}") from exc
     root_dir.mkdir(parents=True, exist_ok=True)
     if entry.exists():
         shutil.rmtree(entry)
     with tempdirs.scratch("git", parent=root_dir) as tmp:
         partial = Path(tmp) / "extract"
         partial.mkdir()
-        with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
-            members = [m for m in tar.getmembers() if (m.isfile() or m.isdir()) and (
-                m.name.endswith((".py", "/")) or m.isdir() or m.name.startswith("csrc/"))]
-            tar.extractall(partial, members=members, filter="data")
+        def place(root: Path, rel: str) -> Path:
+            parts = rel.split("/")
+            if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise UpstreamError(f"{repo} at {sha[:12]} names a path that leaves its tree: {rel!r}")
+            target = root.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            return target
+
+        try:
+            gitcmd.write_blobs(repo, partial, entries, place)
+        except SubprocessError as exc:
+            raise UpstreamError(f"reading {sha[:12]} in {repo} failed: {exc}") from exc
+        for p in paths:  # the package directory exists even when it holds no .py file
+            (partial / p).mkdir(exist_ok=True)
         entry.parent.mkdir(parents=True, exist_ok=True)
         partial.rename(entry)
     (entry / COMPLETE_MARKER).write_text(f"git {sha}\n", encoding="utf-8")

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,15 +94,18 @@ def _key(version: str) -> tuple[int, ...]:
 
 
 def _show(repo: Path, rev: str, path: str) -> str | None:
-    return _git(repo, "show", f"{rev}:{path}")
+    return _git(repo, "cat-file", "blob", f"{rev}:{path}")  # raw: `show` could run a textconv
 
 
 def _git(repo: Path, *args: str) -> str | None:
+    from metax_audit.core import gitcmd
+    from metax_audit.core.errors import SubprocessError
+
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.SubprocessError):
+        done = gitcmd.run(repo, *args, timeout=60)
+    except SubprocessError:
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 and not done.timed_out else None
 
 
 def _short(text: str, limit: int = 60) -> str:
