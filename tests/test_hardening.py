@@ -140,3 +140,131 @@ def test_every_git_command_goes_through_the_wrapper() -> None:
         if re.search(r"^\s*(import git\b|from git import)", text, re.M):
             offenders.append(f"{path.relative_to(PROJECT)}: GitPython")
     assert offenders == []
+
+
+# ---------------------------------------------------------------- 2. depth: no recursion, no leftover that breaks a later run
+
+
+def deep_dir(base: Path, depth: int, leaf: str = "x.py", text: str = "X = 1\n") -> None:
+    """`base`/d/d/.../d/`leaf`, `depth` levels, made relative to a descriptor (the absolute path is
+    longer than PATH_MAX)."""
+    base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        f = os.open(leaf, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(f, text.encode())
+        os.close(f)
+    finally:
+        os.close(fd)
+
+
+def test_a_2000_deep_directory_in_the_worktree_is_reviewed(tmp_path: Path, demo_repo: Path) -> None:
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    deep_dir(demo_repo / "vllm_metax" / "v1" / "attention", 2000)
+    out = tmp_path / "out"
+    for mode in ("--worktree", "--staged"):
+        r = run_tool(demo_repo, *review_args(out, mode, "--format", "json,md,sarif,junit"), env={"TMPDIR": str(private_tmp)})
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr
+        assert list(private_tmp.iterdir()) == []  # the snapshot (2,000 deep) is gone
+    assert all(len(p.name.encode()) <= 160 for p in (out / "files").iterdir())
+
+
+def test_a_2000_deep_leftover_of_a_killed_run_never_breaks_a_later_one(tmp_path: Path, demo_repo: Path) -> None:
+    private_tmp = tmp_path / "tmp"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = private_tmp / f"metax-audit-trash-{int(dead.stdout)}-abcdefgh"
+    deep_dir(leftover, 2500)
+    out = tmp_path / "out"
+    deep_dir(out / f"metax-audit-report-{int(dead.stdout)}-zzzzzzzz", 2500)  # a report stage left deep
+    r = run_tool(demo_repo, *review_args(out, "--worktree"), env={"TMPDIR": str(private_tmp)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert list(private_tmp.iterdir()) == [] and not [p for p in out.iterdir() if p.name.startswith("metax-audit-")]
+
+
+def test_fstree_matches_the_stdlib_and_never_recurses(tmp_path: Path) -> None:
+    from metax_audit import fstree
+
+    root = demo.build_demo_repo(tmp_path / "port")
+    os.symlink("v1", root / "vllm_metax" / "linked")
+    for pattern in ("vllm_metax/v1/attention/**", "vllm_metax/v1/attention/**/*.py", "**/*.py", "*", "vllm_metax/*/at*/**/f*.py",
+                    "vllm_metax/**/backends/*.py", "**/**/*.py", "vllm_metax/linked/**/*.py", "nothing/**", "vllm_metax"):
+        assert fstree.glob(root, pattern) == list(root.glob(pattern)), pattern
+    assert list(fstree.walk(root)) == list(os.walk(root))
+    assert fstree.files(root, ".py") == sorted(p for p in root.rglob("*.py") if p.is_file())
+    deep_dir(tmp_path / "deep", 1500)  # deeper than the recursion limit, within PATH_MAX
+    assert len(fstree.files(tmp_path / "deep", ".py")) == 1
+    assert len(fstree.glob(tmp_path / "deep", "**/*.py")) == 1
+    fstree.rmtree(tmp_path / "deep")
+    deep_dir(tmp_path / "deep", 5000)  # past PATH_MAX: removed one descriptor at a time
+    os.symlink(str(root), tmp_path / "deep" / "d" / "link-out")  # never followed by rmtree
+    fstree.rmtree(tmp_path / "deep")
+    assert not (tmp_path / "deep").exists() and (root / "vllm_metax").is_dir()
+
+
+# ---------------------------------------------------------------- 3. names in reports
+
+
+def _no_raw_html(markdown_text: str) -> None:
+    """Rendered as CommonMark + tables (as GitHub does), no HTML tag comes from the text."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(markdown_text)
+    allowed = {"p", "ul", "ol", "li", "code", "strong", "em", "a", "h1", "h2", "h3", "h4", "table", "thead", "tbody",
+               "tr", "th", "td", "pre", "blockquote", "sub", "hr", "br", "details", "summary"}
+    tags = {m.group(1).lower() for m in re.finditer(r"<\s*/?\s*([A-Za-z][A-Za-z0-9-]*)", html)}
+    assert tags <= allowed, (tags - allowed, html[:2000])
+
+
+def add_named_file(repo: Path, name: str) -> str:
+    rel = f"vllm_metax/v1/attention/backends/{name}"
+    (repo / rel).write_text("import torch\n\n\ndef forward(x):\n    return torch.nn.functional.relu(x)\n")
+    git(repo, "add", rel)
+    return rel
+
+
+@pytest.mark.parametrize("name", [
+    "a`<img src=x onerror=alert(1)>`b.py",
+    "``<img src=x onerror=alert(2)>``.py",
+    "`<svg onload=alert(3)>.py",
+    "x|y<b>|z.py",
+    "[link](javascript:alert(4)).py",
+    "t" * 236 + ".py",
+])
+def test_file_names_cannot_break_a_report(tmp_path: Path, demo_repo: Path, name: str) -> None:
+    import json
+    import xml.etree.ElementTree as ET
+
+    rel = add_named_file(demo_repo, name)
+    out = tmp_path / "out"
+    r = run_tool(demo_repo, *review_args(out, "--staged", "--format", "json,md,sarif,junit"))
+    assert r.returncode == 0, r.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert rel in {f["path"] for f in report["files"]}
+    json.loads((out / "report.sarif").read_text())
+    ET.fromstring((out / "report.junit.xml").read_text())
+    pages = list((out / "files").iterdir())
+    assert all(len(p.name.encode()) <= 160 for p in pages)
+    summary = (out / "summary.md").read_text()
+    _no_raw_html(summary)
+    for page in pages:
+        _no_raw_html(page.read_text())
+    # every page link of the summary names a page that exists
+    from urllib.parse import unquote
+
+    links = {unquote(m) for m in re.findall(r"\]\((files/[^)]+)\)", summary)}
+    assert links and all((out / link).is_file() for link in links), links
+
+
+def test_pages_of_paths_that_flatten_alike_are_distinct() -> None:
+    from metax_audit.report.markdown import page_names
+
+    names = page_names(["a/b.py", "a__b.py", "A/b.py", "x/" + "y" * 300 + ".py"])
+    assert len(set(n.casefold() for n in names.values())) == 4
+    assert names["A/b.py"] == "A__b.py.md" and all(len(n.encode()) <= 160 for n in names.values())

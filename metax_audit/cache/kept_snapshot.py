@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.cache.cachedir import cache_root
-from metax_audit.core import gitcmd
+from metax_audit.core import fstree, gitcmd
 from metax_audit.core.errors import SubprocessError
 
 FORMAT = 2
@@ -236,6 +236,9 @@ def _hold(base: Path, owner: tuple[str, str], want: dict[str, tuple],
         return None
     try:
         held = _update(base, owner, want, write, check, fd)
+    except OSError:  # the kept tree could not be brought up to date (a path too long, a full disk): export afresh
+        os.close(fd)
+        return None
     except BaseException:
         os.close(fd)
         raise
@@ -311,7 +314,7 @@ def _update(base: Path, owner: tuple[str, str], want: dict[str, tuple],
     if rebuilt:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(base / "manifest")
-        shutil.rmtree(tree, ignore_errors=True)
+        fstree.rmtree(tree, ignore_errors=True)
         if os.path.lexists(tree):
             return None
         tree.mkdir()
@@ -334,7 +337,7 @@ def _update(base: Path, owner: tuple[str, str], want: dict[str, tuple],
         for p in sorted(stale | damaged) + extra:
             _remove(tree / p)
         for d in odd_dirs:  # a removed parent takes its children with it
-            shutil.rmtree(tree / d, ignore_errors=True)
+            fstree.rmtree(tree / d, ignore_errors=True)
         for p in todo:  # a file's path that is a directory on disk (before a rename it was one)
             _remove(tree / p)
         manifest = {p: rec for p, rec in manifest.items() if p not in stale and p not in damaged}
@@ -348,7 +351,7 @@ def _update(base: Path, owner: tuple[str, str], want: dict[str, tuple],
                 data = fh.read()
             if not check(p, data):
                 # not the blob's bytes (an attribute converts it): exported afresh while it is in the index
-                shutil.rmtree(tree, ignore_errors=True)
+                fstree.rmtree(tree, ignore_errors=True)
                 _save(base, owner, (p, want[p]))
                 return None
             if _stat_record(os.lstat(full)) != _stat_record(st):
@@ -376,7 +379,7 @@ def _racy_changed(path: str, rec: tuple, saved_ns: int) -> bool:
 def _remove(full: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         if os.path.isdir(full) and not os.path.islink(full):
-            shutil.rmtree(full)
+            fstree.rmtree(full)
         else:
             os.unlink(full)
 
@@ -429,8 +432,8 @@ def _trim(current: Path) -> None:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(old / "tree", ignore_errors=True)
-            shutil.rmtree(old, ignore_errors=True)
+            fstree.rmtree(old / "tree", ignore_errors=True)
+            fstree.rmtree(old, ignore_errors=True)
         except OSError:
             pass
         finally:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from metax_audit.cache.store import SUFFIX, Key, Kind, Store
+from metax_audit.core import fstree
 from metax_audit.core.models import UpstreamInfo
 
 CACHE_SCHEMA = "metax-audit/result-cache/v2"  # v2: checksummed data entries (cache/store.py), v1 pickles never read
@@ -70,7 +71,7 @@ def upstream_identity(info: UpstreamInfo | None) -> str:
 @functools.cache
 def _stat_digest(root: Path) -> str:
     h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in fstree.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
         for name in sorted(filenames):
             if name.endswith(".py"):
@@ -83,7 +84,7 @@ def _stat_digest(root: Path) -> str:
 def tree_digest(root: Path) -> str:
     """sha256 over every file's repo-relative path and bytes (the snapshot export is small)."""
     h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in fstree.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)

@@ -543,9 +543,9 @@ def demo(
         _review_and_render(options, ("md", "json", "sarif", "junit"), output_dir, "never", None, exit_zero=True, quiet=quiet)
     finally:
         if keep is None:
-            import shutil
+            from metax_audit.core import fstree
 
-            shutil.rmtree(holder, ignore_errors=True)
+            fstree.rmtree(holder, ignore_errors=True)
 
 
 def main() -> None:

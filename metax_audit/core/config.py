@@ -201,7 +201,9 @@ def python_files(root: Path, pattern: str) -> list[str]:
     """Repo-relative paths of the .py files under `root` that `pattern` matches. Path.glob understands
     "**" as any number of directories; only files ending .py can be parsed, so other matches are not
     part of the Python scope."""
-    return [p.relative_to(root).as_posix() for p in root.glob(pattern) if p.suffix == ".py" and p.is_file()
+    from metax_audit.core import fstree  # Path.glob recurses once per directory level (3.11)
+
+    return [p.relative_to(root).as_posix() for p in fstree.glob(root, pattern) if p.suffix == ".py" and p.is_file()
             and "__pycache__" not in p.parts]
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from metax_audit.core import fstree
 
 PREFIX = "metax-audit-"
 # metax-audit-<kind>-<pid>-<random>: kind is a word, pid the process that created it.
@@ -28,7 +29,7 @@ def scratch(kind: str, parent: Path | None = None) -> Iterator[Path]:
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        fstree.rmtree(path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
@@ -63,7 +64,7 @@ def reclaim(parent: Path | None = None) -> list[str]:
         except OSError:
             continue
         with contextlib.suppress(OSError):
-            shutil.rmtree(entry.path)
+            fstree.rmtree(entry.path)
             removed.append(entry.name)
     return removed
 
@@ -83,8 +84,8 @@ def remove_soon(path: Path) -> None:
             raise OSError("not a make() directory")
         os.rename(path, trash)
     except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        fstree.rmtree(path, ignore_errors=True)
         return
-    threading.Thread(target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True},
+    threading.Thread(target=fstree.rmtree, args=(trash,), kwargs={"ignore_errors": True},
                      name="metax-audit-remove").start()
 

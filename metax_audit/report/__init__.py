@@ -84,8 +84,9 @@ def _write_pages(report: AuditReport, stage: Path, final: Path, markdown: Module
     pages.mkdir()
     names = []
     page_link = markdown.source_linker(report, final / markdown.FILES_DIR)
+    chosen = markdown.page_names([rec.path for rec in report.files])
     for rec in report.files:
-        name = markdown.page_name(rec.path)
+        name = chosen[rec.path]
         (pages / name).write_text(markdown.render_file_page(report, rec, page_link), encoding="utf-8")
         names.append(f"{markdown.FILES_DIR}/{name}")
     return names

@@ -19,10 +19,38 @@ _STATUS_MARK = {"ok": "ok", NEEDS_ACTION: "**needs action**", NOT_ANALYSED: "_no
 Linker = Callable[[str, int], "str | None"]
 
 
-def page_name(path: str) -> str:
+# A page's name is at most this many bytes: NAME_MAX is 255 on common filesystems, and the report is
+# staged under a longer name first; a 240-character file name made every review of its repo exit 2.
+PAGE_NAME_MAX = 160
+
+
+def page_name(path: str, *, hashed: bool = False) -> str:
     """files/<path with slashes as __>.md: flat, so the pages sort like the paths (a control
-    character in the path is written as its escape: no such byte ever reaches a file name)."""
-    return visible(path).replace("/", "__") + ".md"
+    character in the path is written as its escape: no such byte ever reaches a file name). A name
+    past PAGE_NAME_MAX bytes (or `hashed`: one that another path's page already has) is a readable
+    prefix plus a hash of the whole path."""
+    import hashlib
+
+    flat = visible(path).replace("/", "__")
+    if not hashed and len(flat.encode()) + 3 <= PAGE_NAME_MAX:
+        return flat + ".md"
+    digest = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    head = flat.encode()[: PAGE_NAME_MAX - len(digest) - 5].decode("utf-8", "ignore")
+    return f"{head}--{digest}.md"
+
+
+def page_names(paths: Sequence[str]) -> dict[str, str]:
+    """Each path's page name, distinct even where flattening or a case-insensitive filesystem would
+    make two the same (`a/b.py` and `a__b.py`): the later path, in sorted order, gets the hashed name."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for path in sorted(set(paths)):
+        name = page_name(path)
+        if name.casefold() in taken:
+            name = page_name(path, hashed=True)
+        taken.add(name.casefold())
+        names[path] = name
+    return names
 
 
 def source_linker(report: AuditReport, page_dir: Path) -> Linker:
@@ -57,17 +85,45 @@ _SPECIAL = re.compile(r"([\\*_\[\]<>|])")
 
 def _md(text: str) -> str:
     """Plain text with its `code spans` kept: Markdown and HTML specials outside them escaped,
-    control characters shown as escapes."""
+    control characters shown as escapes. Spans are paired as CommonMark pairs them (a run of n
+    backticks closes only at the next run of exactly n); a run that closes nothing is escaped."""
     text = visible(" ".join(text.split()))
-    parts = text.split("`")
-    if len(parts) % 2 == 0:  # an unpaired backtick: no code spans at all
-        return _SPECIAL.sub(r"\\\1", text).replace("`", "\\`")
-    return "`".join(_SPECIAL.sub(r"\\\1", p) if i % 2 == 0 else p.replace("|", "\\|") for i, p in enumerate(parts))
+    runs = list(re.finditer("`+", text))
+    out: list[str] = []
+    pos = k = 0
+    while k < len(runs):
+        opener = runs[k]
+        width = len(opener.group())
+        closer = next((j for j in range(k + 1, len(runs)) if len(runs[j].group()) == width), None)
+        out.append(_SPECIAL.sub(r"\\\1", text[pos:opener.start()]))
+        if closer is None:
+            out.append("\\`" * width)
+            pos, k = opener.end(), k + 1
+            continue
+        out.append(text[opener.start():runs[closer].end()].replace("|", "\\|"))
+        pos, k = runs[closer].end(), closer + 1
+    out.append(_SPECIAL.sub(r"\\\1", text[pos:]))
+    return "".join(out)
+
+
+def code(text: object, *, table: bool = False) -> str:
+    """`text` as one Markdown code span, whatever it holds: fenced with one backtick more than its
+    longest run of backticks (padded with a space where it starts or ends with one), so a backtick in
+    a file name can never close the span and let what follows (`<img onerror=...>`) be raw HTML. In a
+    table cell (`table`) a pipe is escaped as GFM requires even inside a span."""
+    body = visible(" ".join(str(text).split()))
+    if table:
+        body = body.replace("|", "\\|")
+    run = max((len(m) for m in re.findall("`+", body)), default=0)
+    fence = "`" * (run + 1)
+    pad = " " if body.startswith(("`", " ")) or body.endswith(("`", " ")) or not body else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _code(text: str) -> str:
-    text = visible(" ".join(text.split()))
-    return f"`{text}`" if "`" not in text else _md(text)
+    """Evidence: one code span, or (when it quotes code spans of its own) _md, which keeps them and
+    escapes every HTML and Markdown special outside them."""
+    return code(text) if "`" not in text else _md(text)
 
 
 def _cell(text: object) -> str:
@@ -75,9 +131,9 @@ def _cell(text: object) -> str:
 
 
 def _loc(path: str, line: int, link: Linker) -> str:
-    label = visible(f"{path}:{line}" if line else path)
+    label = f"{path}:{line}" if line else path
     target = link(path, line)
-    return f"[`{label}`]({target})" if target else f"`{label}`"
+    return f"[{code(label, table=True)}]({target})" if target else code(label, table=True)
 
 
 def _table(header: list[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -92,9 +148,9 @@ class _Raw(str):
 
 def _finding_line(f: Finding, link: Linker) -> list[str]:
     waived = f" — waived: {f.waiver_reason or 'no reason given'}" if f.waived else ""
-    head = f"- **{f.severity.value}** `{f.rule}` {_loc(f.location.path, f.location.line, link)}"
+    head = f"- **{f.severity.value}** {code(f.rule)} {_loc(f.location.path, f.location.line, link)}"
     if f.location.symbol:
-        head += f" `{f.location.symbol}`"
+        head += f" {code(f.location.symbol)}"
     out = [f"{head}: {_md(f.message)}{_md(waived)} <sub>{f.id}</sub>"]
     out += [f"  - {_code(e)}" for e in f.evidence]
     return out
@@ -108,7 +164,9 @@ def _inline(text: str) -> str:
 
 
 def render_summary(report: AuditReport, link: Linker = no_links, page_link: Callable[[str], str] | None = None) -> str:
-    page_link = page_link or (lambda p: f"{FILES_DIR}/{page_name(p)}")
+    if page_link is None:
+        names = page_names([rec.path for rec in report.files])
+        page_link = lambda p: f"{FILES_DIR}/{names.get(p) or page_name(p)}"  # noqa: E731
     out = ["# metax-audit review", ""]
     out += _first_screen(report, link, page_link)
     out += [f"**{summary_line(report)}**", ""]
@@ -138,16 +196,16 @@ def _inputs_lines(report: AuditReport) -> list[str]:
     snap = report.snapshot
     out: list[str] = []
     commit = snap.commit[:12] if snap.commit else "no commit"
-    label = f" `{snap.label}`" if snap.label else ""
-    out.append(f"- snapshot: {snap.mode}{label} at `{commit}`" + (" (worktree dirty)" if snap.dirty else ""))
+    label = f" {code(snap.label)}" if snap.label else ""
+    out.append(f"- snapshot: {snap.mode}{label} at {code(commit)}" + (" (worktree dirty)" if snap.dirty else ""))
     out.extend(f"  - note: {_md(note)}" for note in snap.notes)
     if report.upstream:
         up = report.upstream
-        out.append(f"- upstream: `{up.package}` {up.version or 'unknown version'} ({up.source})")
+        out.append(f"- upstream: {code(up.package)} {up.version or 'unknown version'} ({up.source})")
     else:
         out.append("- upstream: none (no comparison with upstream)")
     if report.base:
-        out.append(f"- base (last synced release): `{report.base.package}` {report.base.version or 'unknown version'} ({report.base.source})")
+        out.append(f"- base (last synced release): {code(report.base.package)} {report.base.version or 'unknown version'} ({report.base.source})")
     out.append(f"- tool: metax-audit {report.tool_version}" + (f", generated {report.generated_at}" if report.generated_at else ""))
     cov = report.coverage
     out.append(
@@ -167,9 +225,9 @@ def _files_section(report: AuditReport, page_link: Callable[[str], str]) -> list
         counts = severity_counts(_findings_of(report, rec))
         declared = sum(d.declared for d in rec.differences)
         rows.append([
-            _Raw(f"[{_code(rec.path)}]({uri(page_link(rec.path))})"),
+            _Raw(f"[{code(rec.path, table=True)}]({uri(page_link(rec.path))})"),
             _Raw(_STATUS_MARK.get(rec.status, rec.status)),
-            _Raw(f"`{rec.upstream_path}`") if rec.upstream_path else "—",
+            _Raw(code(rec.upstream_path, table=True)) if rec.upstream_path else "—",
             f"{declared}/{len(rec.differences)}",
             f"{counts['error']}/{counts['warning']}/{counts['info']}",
             len(rec.probes),
@@ -188,10 +246,10 @@ def _backends_section(report: AuditReport, link: Linker) -> list[str]:
         for b in report.backends:
             where = _Raw(_loc(b.registered_at.path, b.registered_at.line, link)) if b.registered_at else "not registered"
             if b.condition:
-                where = _Raw(f"{where} when `{b.condition}`".replace("|", "\\|"))
+                where = _Raw(f"{where} when {code(b.condition, table=True)}")
             kernels = sorted({h.resolved or h.qualname for h in b.chain if h.role in ("wrapper", "kernel")})
-            shown = ", ".join(f"`{k}`" for k in kernels[:4]) + (f" (+{len(kernels) - 4} more on the file pages)" if len(kernels) > 4 else "")
-            rows.append([b.name, _Raw(f"`{b.class_path}`"), where, "yes" if b.active else "no", len(b.chain), len(b.unresolved), _Raw(shown or "—")])
+            shown = ", ".join(code(k, table=True) for k in kernels[:4]) + (f" (+{len(kernels) - 4} more on the file pages)" if len(kernels) > 4 else "")
+            rows.append([b.name, _Raw(code(b.class_path, table=True)), where, "yes" if b.active else "no", len(b.chain), len(b.unresolved), _Raw(shown or "—")])
         out += _table(["backend", "class", "registered at", "active", "hops", "unresolved", "kernels"], rows)
     else:
         out.append(_stage_note(report, "trace", "No backends traced."))
@@ -216,8 +274,8 @@ def _gaps_section(report: AuditReport) -> list[str]:
     out: list[str] = []
     if cov.skipped or cov.left_out:
         out += ["## Coverage gaps", ""]
-        out += [f"- not analysed: `{s.path}`: {_inline(s.reason)}" for s in cov.skipped]
-        out += [f"- left out: `{s.path}`: {_inline(s.reason)}" for s in cov.left_out]
+        out += [f"- not analysed: {code(s.path)}: {_inline(s.reason)}" for s in cov.skipped]
+        out += [f"- left out: {code(s.path)}: {_inline(s.reason)}" for s in cov.left_out]
         out.append("")
     return out
 
@@ -243,7 +301,7 @@ def _runs_section(report: AuditReport) -> list[str]:
     out: list[str] = []
     if report.test_run:
         t = report.test_run
-        out += ["## Port test run", "", f"`{t.command}` exited {t.exit_code} in {t.seconds:.1f} s", "", "```", t.output_tail.rstrip(), "```", ""]
+        out += ["## Port test run", "", f"{code(t.command)} exited {t.exit_code} in {t.seconds:.1f} s", "", "```", t.output_tail.rstrip(), "```", ""]
 
     if report.stages:
         out += ["## Stages", ""]
@@ -260,8 +318,8 @@ def new_findings_section(report: AuditReport, link: Linker = no_links) -> list[s
         return []
     news = sorted((f for f in report.findings if f.baseline is not None and f.baseline.is_new),
                   key=lambda f: (-f.severity.rank, f.location.path, f.location.line))
-    commit = f" `{b['commit'][:12]}`" if b.get("commit") else ""
-    out = [f"## New in this change (against `{b['rev']}`{commit})", "",
+    commit = f" {code(b['commit'][:12])}" if b.get("commit") else ""
+    out = [f"## New in this change (against {code(b['rev'])}{commit})", "",
            f"{b['new']} new, {b['changed']} changed, {b['unchanged']} unchanged, {b['fixed']} fixed.", ""]
     for f in news:
         lines = _finding_line(f, link)
@@ -290,13 +348,13 @@ def _first_screen(report: AuditReport, link: Linker, page_link: Callable[[str], 
         """An error says what breaks (its rule) and why; a warning says what differs."""
         where = _loc(f.location.path, f.location.line, link)
         text = one_line(f).split(f" {f.rule} ", 1)[-1] if f.severity is Severity.ERROR else _clip(f.message)
-        return f"1. {where} `{f.rule}` {_md(text)}"
+        return f"1. {where} {code(f.rule)} {_md(text)}"
 
     if screen.errors:
         out += [f"### Errors ({len(screen.errors)})", "", *(item(f) for f in screen.errors), ""]
     if screen.new is not None:
         b = report.baseline_info or {}
-        since = f" since `{b['rev']}`" if b.get("rev") else ""
+        since = f" since {code(b['rev'])}" if b.get("rev") else ""
         out += [f"### New{since} ({len(screen.new)}; details under \"New in this change\" below)", ""]
         out += [*(item(f) for f in screen.new), ""] if screen.new else ["_Nothing new since the baseline._", ""]
     if screen.warnings:
@@ -309,7 +367,7 @@ def _first_screen(report: AuditReport, link: Linker, page_link: Callable[[str], 
         out.append("")
     if screen.untouched:
         out += [f"### Files the last sync did not touch ({len(screen.untouched)})", ""]
-        out += [f"- [`{u.path}`]({page_link(u.path)}): {_md(untouched_line(u).split(': ', 1)[1])}" for u in screen.untouched]
+        out += [f"- [{code(u.path)}]({uri(page_link(u.path))}): {_md(untouched_line(u).split(': ', 1)[1])}" for u in screen.untouched]
         out.append("")
     out += [f"Everything else ({screen.infos} info, the tables, backends and probes) is below and on the per-file pages.", ""]
     return out
@@ -394,7 +452,7 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
     out.append(f"- status: {_STATUS_MARK.get(rec.status, rec.status)}" + (f" — {_inline(rec.status_reason)}" if rec.status_reason else ""))
     out.append(f"- in scope because: {rec.reason}")
     if rec.upstream_path:
-        out.append(f"- upstream counterpart: `{rec.upstream_path}`")
+        out.append(f"- upstream counterpart: {code(rec.upstream_path)}")
     elif any(s.name == "compare" and s.ran for s in report.stages) or not report.stages:
         out.append("- upstream counterpart: none (vendor-only file)")
     else:
@@ -431,7 +489,7 @@ def render_file_page(report: AuditReport, rec: FileRecord, link: Linker = no_lin
     calls = _calls_in(report, rec.path)
     if calls:
         out += ["## Traced calls", ""]
-        rows = [[_Raw(_loc(rec.path, c.location.line, link)), _Raw(f"`{c.callee_text}`"), c.resolved or f"unresolved ({c.origin})", c.branch or "—"] for c in calls]
+        rows = [[_Raw(_loc(rec.path, c.location.line, link)), _Raw(code(c.callee_text, table=True)), c.resolved or f"unresolved ({c.origin})", c.branch or "—"] for c in calls]
         out += _table(["where", "call", "resolved", "branch"], rows)
         out.append("")
     return visible("\n".join(out).rstrip(), lines=True) + "\n"
@@ -443,9 +501,9 @@ def _registrations_lines(rec: FileRecord, link: Linker) -> list[str]:
     if rec.registrations:
         for r in rec.registrations:
             state = "resolves" if r.resolved else "**does not resolve**"
-            how = f", returned by {r.selected_by} when `{r.condition}`" if r.condition else (
+            how = f", returned by {_md(r.selected_by)} when {code(r.condition)}" if r.condition else (
                 f", returned by {r.selected_by}" if r.selected_by else "")
-            out.append(f"- {r.kind} `{r.name}` → `{r.class_path}` at {_loc(r.location.path, r.location.line, link)} ({state}{how})")
+            out.append(f"- {r.kind} {code(r.name)} → {code(r.class_path)} at {_loc(r.location.path, r.location.line, link)} ({state}{how})")
     else:
         out.append("_None._")
     out.append("")
@@ -480,9 +538,9 @@ def _dataflow_section(report: AuditReport, link: Linker) -> list[str]:
     for flow in report.dataflow:
         prod, cons = flow.producer, flow.consumer
         rows.append([
-            _Raw(f"`{prod.callee}` " + _loc(prod.location.path, prod.location.line, link)),
+            _Raw(f"{code(prod.callee, table=True)} " + _loc(prod.location.path, prod.location.line, link)),
             f"base {prod.base}, {prod.layout}",
-            _Raw(f"`{cons.callee}({cons.arg}=)` " + _loc(cons.location.path, cons.location.line, link)),
+            _Raw(f"{code(f'{cons.callee}({cons.arg}=)', table=True)} " + _loc(cons.location.path, cons.location.line, link)),
             f"base {cons.base}, {cons.layout}",
             len(flow.steps),
             flow.verdict,

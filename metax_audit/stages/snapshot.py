@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from metax_audit.core import gitcmd, subproc, tempdirs
+from metax_audit.core import fstree, gitcmd, subproc, tempdirs
 from metax_audit.core.config import AuditConfig, load_config
 from metax_audit.core.errors import SnapshotError, SubprocessError
 from metax_audit.core.models import SnapshotInfo, SnapshotMode, TestRun
@@ -175,6 +175,22 @@ def _selected(path: str, only: tuple[str, ...]) -> bool:
     return not only or any(path == o or path.startswith(o.rstrip("/") + "/") for o in only)
 
 
+# A path longer than this (repo-relative, in bytes) is not exported: below a temp or cache dir it
+# would pass PATH_MAX (4,096) somewhere along the way (a 2,000-deep directory is 4,000 bytes). The
+# snapshot's notes name what was left out, so the bound is reported, never silent.
+MAX_PATH_BYTES = 1024
+
+
+def _bounded(paths: list[str]) -> tuple[set[str], list[str]]:
+    """The paths past MAX_PATH_BYTES, and the note that says so (none when there are none)."""
+    long = {p for p in paths if len(os.fsencode(p)) > MAX_PATH_BYTES}
+    if not long:
+        return long, []
+    first = min(long)
+    shown = first if len(first) <= 120 else first[:60] + "..." + first[-40:]
+    return long, [f"{len(long)} file(s) not exported: a path longer than {MAX_PATH_BYTES} bytes (first: {shown})"]
+
+
 def _export_index(repo: Path, dest: Path, entries: list[IndexEntry], only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
     """Write the selected index entries under `dest` as their blobs' raw bytes (write_entries)."""
     selected = [e for e in entries if _selected(e.path, only)]
@@ -256,7 +272,7 @@ def _contain_links(root: Path) -> list[str]:
     A symlink is user state: it is recorded with its target, and one that leaves the repository is
     never followed (a later stage could otherwise read a file outside the repo as a port file)."""
     notes: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):  # os.walk never descends into symlinked dirs
+    for dirpath, dirnames, filenames in fstree.walk(root):  # os.walk never descends into symlinked dirs
         for name in sorted(dirnames + filenames):
             full = Path(dirpath) / name
             if not full.is_symlink():
@@ -341,9 +357,11 @@ def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) ->
         entries = gitcmd.ls_tree(repo, sha, *pathspecs)
     except SubprocessError as exc:
         raise SnapshotError(f"reading {rev} failed: {exc}") from exc
-    notes: list[str] = []
+    long, notes = _bounded([e.path for e in entries])
     kept: list[gitcmd.TreeEntry] = []
     for e in entries:
+        if e.path in long:
+            continue
         if e.mode == "120000":
             target = gitcmd.read_blobs(repo, [e.oid])[e.oid].decode(errors="surrogateescape")
             if not _link_inside(dest, e.path, target):
@@ -450,10 +468,14 @@ def snapshot(
                     entries = _index_entries(top)
                     if not entries:
                         raise SnapshotError(f"{top}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
+                    long, bound_notes = _bounded([e.path for e in entries])
+                    every_entry, entries = entries, [e for e in entries if e.path not in long]
                     held = _hold_kept(top, gitdir, entries, only) if keep else None
                     export = partial(_export_index, top, entries=entries, only=only)
                 else:
                     rels, gitlinks = _worktree_paths(top, only)
+                    long, bound_notes = _bounded(rels)
+                    rels = [r for r in rels if r not in long]
                     held = _hold_kept_worktree(top, rels, gitlinks) if keep else None
                     export = partial(_export_worktree, top, rels=rels, gitlinks=gitlinks)
                 if held is not None:  # the kept snapshot, brought up to date (kept_snapshot.py)
@@ -465,12 +487,12 @@ def snapshot(
                     notes += _contain_links(tmp)
                 label = "index" if mode == "staged" else "worktree"
                 if mode == "staged" and head is not None:
-                    dirty, staged = _dirty_and_staged(top, entries)
+                    dirty, staged = _dirty_and_staged(top, every_entry)
                     if not staged:
                         notes = [NOTHING_STAGED.format(head=head[:12]), *notes]
                 else:
                     dirty = _is_dirty(top, head)
-                snap = SnapshotInfo(mode, str(top), head, dirty, root, label, count, tuple(notes))
+                snap = SnapshotInfo(mode, str(top), head, dirty, root, label, count, (*bound_notes, *notes))
             else:
                 if not rev:
                     raise SnapshotError("--rev needs a revision")

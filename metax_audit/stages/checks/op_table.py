@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metax_audit.core import fstree
 from metax_audit.core.models import UpstreamInfo
 from metax_audit.stages.checks.op_registrations import (
     _DOTTED_TAIL,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 def _py_files(root: Path, package: str) -> Iterator[Path]:
     pkg = root / package.replace(".", "/")
     if pkg.is_dir():
-        yield from sorted(pkg.rglob("*.py"))
+        yield from fstree.files(pkg, ".py")
 
 
 def registration_snippets(text: str) -> ast.Module | None:
@@ -107,7 +108,7 @@ def _native_files(root: Path, prefixes: Iterable[str]) -> list[Path]:
     for prefix in prefixes:
         base = root / prefix
         if base.is_dir():
-            out += sorted(p for p in base.rglob("*") if p.suffix in NATIVE_SUFFIXES and p.is_file())
+            out += [p for p in fstree.files(base) if p.suffix in NATIVE_SUFFIXES]
     return out
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
+from metax_audit.core import fstree
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Difference, Finding, Location, Severity
 from metax_audit.core.pysource import dump, parse, unparse
@@ -238,7 +239,7 @@ def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str
             return []
         if not texts:
             pkg = upstream.root / upstream.package.replace(".", "/")
-            for path in sorted(pkg.rglob("*.py")):
+            for path in fstree.files(pkg, ".py"):
                 try:
                     texts.append((path.relative_to(upstream.root).as_posix(), path.read_text(encoding="utf-8")))
                 except (OSError, UnicodeDecodeError):

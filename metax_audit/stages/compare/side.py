@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metax_audit.core import fstree
 from metax_audit.core.comments import CommentMap
 from metax_audit.core.models import Attribution
 from metax_audit.core.pysource import unparse
@@ -76,7 +77,7 @@ class _PortRefs:
         if self._texts is None:
             self._texts = {}
             index: defaultdict[str, list[str]] = defaultdict(list)
-            for f in sorted(self._dir.rglob("*.py")) if self._dir.is_dir() else []:
+            for f in fstree.files(self._dir, ".py") if self._dir.is_dir() else []:
                 try:
                     rel = f.relative_to(self._dir.parent).as_posix()
                     self._texts[rel] = f.read_text(encoding="utf-8")

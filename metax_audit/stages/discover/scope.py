@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, cast
 
+from metax_audit.core import fstree
 from metax_audit.core.config import AuditConfig, python_files, scope_files
 from metax_audit.core.errors import DiscoverError
 from metax_audit.core.models import ParseProblem, SkippedFile, SourceFile, SourceReason
@@ -171,4 +172,4 @@ def _port_files(root: Path, config: AuditConfig) -> list[str]:
 def _package_files(root: Path, base: Path) -> list[str]:
     if not base.is_dir():
         return []
-    return sorted(_rel(root, p) for p in base.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(_rel(root, p) for p in fstree.files(base, ".py") if "__pycache__" not in p.parts)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metax_audit.core import subproc
+from metax_audit.core import fstree, subproc
 from metax_audit.core.errors import SubprocessError
 from metax_audit.core.models import StackFacts
 from metax_audit.stages.introspect.manifest import fact_from_json, stack_facts_json
@@ -260,7 +260,7 @@ def _tree_fingerprint(root: Path, suffixes: tuple[str, ...] | None = None) -> li
         st = root.stat()
         return [str(root), 1, st.st_size, st.st_mtime_ns]
     count = size = newest = 0
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in fstree.walk(root):
         dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
         for name in filenames:
             if suffixes is not None and not name.endswith(suffixes):

@@ -6,7 +6,6 @@ import contextlib
 import io
 import os
 import re
-import shutil
 import sys
 import tarfile
 import zipfile
@@ -15,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from metax_audit.cache.cachedir import cache_root
-from metax_audit.core import subproc, tempdirs
+from metax_audit.core import fstree, subproc, tempdirs
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Finding, Location, Severity, StackFacts
@@ -84,7 +83,7 @@ def _pin_files(root: Path, entries: Iterable[str]) -> list[Path]:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.is_file() and (
+            files += sorted(p for p in fstree.files(path) if (
                 p.suffix in _PIN_FILE_SUFFIXES or p.name.startswith("Dockerfile") or p.suffix == ".Dockerfile"
                 or p.name.endswith(".Dockerfile")))
     return files
@@ -286,7 +285,7 @@ def public_base(public: str, module: str, *, cache_dir: Path | None = None, fetc
             why = f"{got.filename} (from {got.source}) holds no {module}/ package"
             _ANSWERS[asked] = (None, why)
             return None, why
-        shutil.rmtree(entry, ignore_errors=True)
+        fstree.rmtree(entry, ignore_errors=True)
         partial.rename(entry)
         instead = f" (instead of {version}, not on the index)" if got.version != version else ""
         checked = "sha256 checked against the index" if got.verified else "sha256"
@@ -294,7 +293,7 @@ def public_base(public: str, module: str, *, cache_dir: Path | None = None, fetc
             f"{public} from {got.filename}{instead}, {checked} {got.sha256}, {got.source}\n", encoding="utf-8")
         return entry, ""
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        fstree.rmtree(work, ignore_errors=True)
 
 
 def source_of(entry: Path) -> str:

@@ -189,9 +189,9 @@ class _Worker:
     def __exit__(self, *exc: object) -> None:
         self._stop()
         if self._cwd is not None:
-            import shutil
+            from metax_audit.core import fstree
 
-            shutil.rmtree(self._cwd, ignore_errors=True)
+            fstree.rmtree(self._cwd, ignore_errors=True)
 
     def _start(self) -> str | None:
         """Start the process and wait for its ready line; None when ready, else why not."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.cache.cachedir import cache_root
-from metax_audit.core import gitcmd, subproc, tempdirs
+from metax_audit.core import fstree, gitcmd, subproc, tempdirs
 from metax_audit.core.errors import ConfigError, SubprocessError, UpstreamError
 from metax_audit.core.models import UpstreamInfo
 
@@ -181,7 +181,7 @@ def _archive(repo: Path, sha: str, package: str, entry: Path, root_dir: Path) ->
         raise UpstreamError(f"reading {sha[:12]} in {repo} failed: {exc}") from exc
     root_dir.mkdir(parents=True, exist_ok=True)
     if entry.exists():
-        shutil.rmtree(entry)
+        fstree.rmtree(entry)
     with tempdirs.scratch("git", parent=root_dir) as tmp:
         partial = Path(tmp) / "extract"
         partial.mkdir()
@@ -221,7 +221,7 @@ def _from_pip(name: str, version: str, package: str, root_dir: Path) -> Upstream
 def _download_and_extract(pin: str, entry: Path, root_dir: Path) -> None:
     root_dir.mkdir(parents=True, exist_ok=True)
     if entry.exists():  # interrupted earlier: never trust a half-written entry
-        shutil.rmtree(entry)
+        fstree.rmtree(entry)
     tempdirs.reclaim(root_dir)  # a download a killed run left half done
     with tempdirs.scratch("download", parent=root_dir) as tmp:
         wheel = _download_wheel(pin, Path(tmp))
