@@ -268,3 +268,37 @@ def test_pages_of_paths_that_flatten_alike_are_distinct() -> None:
     names = page_names(["a/b.py", "a__b.py", "A/b.py", "x/" + "y" * 300 + ".py"])
     assert len(set(n.casefold() for n in names.values())) == 4
     assert names["A/b.py"] == "A__b.py.md" and all(len(n.encode()) <= 160 for n in names.values())
+
+
+# ---------------------------------------------------------------- 4. closed streams keep the review's exit code
+
+
+def shell_tool(cwd: Path, args: list[str], redirect: str) -> tuple[int, str]:
+    """Run the tool under bash with `redirect` applied (`>&-`, `2>&-`, `| head -1`); its exit code
+    and what reached stderr (through a file when stderr is not the one closed)."""
+    import shlex
+
+    err = cwd.parent / "stderr.txt"
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "metax_audit", *args])
+    if redirect.startswith("|"):
+        script = f"{cmd} 2>{shlex.quote(str(err))} {redirect}; exit ${{PIPESTATUS[0]}}"
+    elif "2>&-" in redirect:
+        script = f"{cmd} {redirect}"
+    else:
+        script = f"{cmd} {redirect} 2>{shlex.quote(str(err))}"
+    env = {**os.environ, "PYTHONPATH": str(PROJECT), "CI": "1"}
+    env.pop("PYTHONSAFEPATH", None)
+    done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, err.read_text() if err.exists() else ""
+
+
+@pytest.mark.parametrize("redirect", [">&-", "2>&-", ">&- 2>&-", "| head -1", ">/dev/full"])
+def test_closed_streams_keep_the_exit_code(tmp_path: Path, demo_repo: Path, redirect: str) -> None:
+    for fail_on, want in (("never", 0), ("warning", 1)):
+        args = ["review", "--upstream", str(demo.upstream_root()), "--output-dir", str(tmp_path / "out"),
+                "--format", "json", "--fail-on", fail_on]
+        code, err = shell_tool(demo_repo, args, redirect)
+        assert code == want, (redirect, fail_on, err)
+        assert "Traceback" not in err and "internal error" not in err, err
+    code, err = shell_tool(demo_repo, ["review", "--no-such-flag"], redirect)
+    assert code == 2 and "Traceback" not in err

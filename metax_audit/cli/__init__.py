@@ -556,6 +556,7 @@ def main() -> None:
 
     _started[:] = [process_started()]
     _state["main"] = True
+    _guard_streams()
     _collect_garbage_rarely()
     try:
         call = _plain_review_call(sys.argv[1:])
@@ -570,6 +571,69 @@ def main() -> None:
         if (done.code is None or isinstance(done.code, int)) and sys.getprofile() is None and sys.gettrace() is None:
             _exit_now(done.code or 0)
         raise
+
+
+class _TolerantStream:
+    """stdout or stderr that a closed pipe (`| head -1`), a full disk or a closed descriptor cannot
+    break: the first failed write or flush turns it into a sink, so the exit code stays the
+    review's (the reports are files; what the terminal misses they still hold)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._broken = stream is None
+
+    def write(self, text: str) -> int:
+        if not self._broken:
+            try:
+                return int(self._stream.write(text))
+            except (OSError, ValueError):
+                self._broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._broken = True
+
+    def isatty(self) -> bool:
+        if self._broken:
+            return False
+        try:
+            return bool(self._stream.isatty())
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        if self._stream is None:
+            raise OSError("stream closed")
+        return int(self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _guard_streams() -> None:
+    """A descriptor 0, 1 or 2 that the caller closed (`>&-`, `2>&-`) is opened on /dev/null first:
+    otherwise the next file this process opens takes its number, and whatever is written to
+    "stdout" (by us or a child) lands in that file. Python leaves sys.stdout None then; both
+    streams become _TolerantStream, so a write can never raise or change the exit code."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if not isinstance(sys.stdout, _TolerantStream):
+        sys.stdout = _TolerantStream(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, _TolerantStream):
+        sys.stderr = _TolerantStream(sys.stderr)  # type: ignore[assignment]
 
 
 def _collect_garbage_rarely() -> None:
@@ -671,6 +735,6 @@ def _exit_now(code: int) -> None:
     import contextlib
 
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe (| head): nothing more can be said there
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # a closed pipe (| head), a closed fd (None)
             stream.flush()
     os._exit(code)
