@@ -20,8 +20,9 @@ PROJECT = Path(__file__).resolve().parents[1]
 def run_tool(cwd: Path, *args: str, env: dict[str, str] | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "PYTHONPATH": str(PROJECT), "CI": "1", "COLUMNS": "500", **(env or {})}
     full.pop("PYTHONSAFEPATH", None)
+    kw.setdefault("timeout", 300)
     return subprocess.run([sys.executable, "-m", "metax_audit", *args], cwd=cwd, env=full,  # type: ignore[call-overload]
-                          capture_output=True, text=True, timeout=300, **kw)
+                          capture_output=True, text=True, **kw)
 
 
 def review_args(out: Path, *extra: str) -> list[str]:
@@ -302,3 +303,74 @@ def test_closed_streams_keep_the_exit_code(tmp_path: Path, demo_repo: Path, redi
         assert "Traceback" not in err and "internal error" not in err, err
     code, err = shell_tool(demo_repo, ["review", "--no-such-flag"], redirect)
     assert code == 2 and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- 5. FIFOs, devices and deep nesting in input files; bad flags
+
+
+def _deep_yaml(tmp: Path) -> Path:
+    (tmp / "deep.yaml").write_text("scope: " + "[" * 5000 + "]" * 5000 + "\n")
+    return tmp / "deep.yaml"
+
+
+def _deep_block_yaml(tmp: Path) -> Path:
+    (tmp / "deep-block.yaml").write_text("".join(" " * i + "a:\n" for i in range(5000)))
+    return tmp / "deep-block.yaml"
+
+
+def _deep_toml(tmp: Path) -> Path:
+    (tmp / "deep.toml").write_text("[tool.metax-audit]\nscope = " + "[" * 5000 + "]" * 5000 + "\n")
+    return tmp / "deep.toml"
+
+
+def _deep_json(tmp: Path) -> Path:
+    (tmp / "deep.json").write_text('{"schema": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return tmp / "deep.json"
+
+
+def _fifo(tmp: Path) -> Path:
+    os.mkfifo(tmp / "fifo.yaml")
+    return tmp / "fifo.yaml"
+
+
+BAD_INPUTS = [
+    ("--config", _fifo, "a FIFO"), ("--waivers", _fifo, "a FIFO"), ("--stack", _fifo, "a FIFO"),
+    ("--config", lambda t: Path("/dev/zero"), "a device"), ("--waivers", lambda t: Path("/dev/zero"), "a device"),
+    ("--stack", lambda t: Path("/dev/zero"), "a device"), ("--config", lambda t: t, "a directory"),
+    ("--config", _deep_yaml, "nested too deeply"), ("--config", _deep_block_yaml, "nested too deeply"),
+    ("--config", _deep_toml, "nested too deeply"), ("--waivers", _deep_yaml, "nested too deeply"),
+    ("--stack", _deep_json, "nested too deeply"),
+    ("--python", lambda t: Path("/tmp"), "cannot run"), ("--python", lambda t: Path("/etc/passwd"), "cannot run"),
+]
+
+
+@pytest.mark.parametrize(("option", "make", "message"), BAD_INPUTS,
+                         ids=[f"{o}-{m}-{i}" for i, (o, _, m) in enumerate(BAD_INPUTS)])
+def test_bad_input_files_are_one_line_exit_2(tmp_path: Path, demo_repo: Path, option: str, make: object,
+                                             message: str) -> None:
+    where = tmp_path / "inputs"
+    where.mkdir()
+    value = make(where)  # type: ignore[operator]
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", option, str(value)), timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert message in one_line_error(r.stderr)
+
+
+def test_a_fifo_as_the_repo_s_own_config_is_refused_not_skipped(tmp_path: Path, demo_repo: Path) -> None:
+    os.mkfifo(demo_repo / ".metax-audit.yaml")
+    r = run_tool(demo_repo, *review_args(tmp_path / "out"), timeout=120)
+    assert r.returncode == 2 and "a FIFO" in one_line_error(r.stderr)
+
+
+def test_read_bytes_never_blocks_and_reads_only_regular_files(tmp_path: Path) -> None:
+    from metax_audit import inputs
+
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", Path("/dev/zero"), tmp_path):
+        with pytest.raises(inputs.InputFileError):
+            inputs.read_bytes(path)
+    (tmp_path / "f.txt").write_bytes(b"a\r\nb")
+    os.symlink("f.txt", tmp_path / "link")
+    assert inputs.read_text(tmp_path / "f.txt") == "a\nb" and inputs.read_bytes(tmp_path / "link") == b"a\r\nb"
+    with pytest.raises(inputs.InputFileError):
+        inputs.read_bytes(tmp_path / "link", follow_symlinks=False)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from metax_audit.cache.store import SUFFIX, Key, Kind, Store
-from metax_audit.core import fstree
+from metax_audit.core import fstree, inputs
 from metax_audit.core.models import UpstreamInfo
 
 CACHE_SCHEMA = "metax-audit/result-cache/v2"  # v2: checksummed data entries (cache/store.py), v1 pickles never read
@@ -101,7 +101,7 @@ def file_digest(path: Path | None) -> str:
     if path is None:
         return "none"
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(inputs.read_bytes(path)).hexdigest()  # a FIFO is refused, never waited on
     except OSError:
         return "unreadable"
 

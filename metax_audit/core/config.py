@@ -2,10 +2,12 @@
 # Defaults fit vllm_metax; nothing else in the code may assume MetaX where this can say it.
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from metax_audit.core import inputs
 from metax_audit.core.errors import ConfigError
 
 DEFAULT_SCOPE = (
@@ -275,21 +277,30 @@ def config_origin(root: Path, explicit: Path | None = None) -> str | None:
 
 def load_config(root: Path, explicit: Path | None = None) -> AuditConfig:
     """Read the config from the snapshot root (or an explicit file); defaults when absent."""
+    try:
+        return _load_config(root, explicit)
+    except RecursionError:  # a 5,000-deep YAML or TOML value: the parsers recurse per level
+        raise ConfigError(f"{explicit or root / '.metax-audit.yaml'}: nested too deeply to read") from None
+
+
+def _load_config(root: Path, explicit: Path | None) -> AuditConfig:
     if explicit is not None:
-        if not explicit.is_file():
+        if not os.path.lexists(explicit):
             raise ConfigError(f"config file {explicit} does not exist")
         return _load_file(explicit)
     yaml_path = root / ".metax-audit.yaml"
-    if yaml_path.is_file():
+    if os.path.lexists(yaml_path):  # a FIFO or a broken link is refused by name, never skipped quietly
         return _load_file(yaml_path)
     pyproject = root / "pyproject.toml"
-    if pyproject.is_file():
+    if os.path.lexists(pyproject):
         import tomllib
 
         try:
             data = tomllib.loads(_read_text(pyproject))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{pyproject}: not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{pyproject}: nested too deeply to read") from None
         tool = data.get("tool")
         section = tool.get("metax-audit") if isinstance(tool, dict) else None
         if isinstance(section, dict):
@@ -305,6 +316,8 @@ def _load_file(path: Path) -> AuditConfig:
             data = yaml.safe_load(_read_text(path)) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {yaml_error_line(exc)}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: nested too deeply to read") from None
     else:
         import tomllib
 
@@ -322,7 +335,7 @@ def _read_text(path: Path) -> str:
     if path.is_symlink():
         raise ConfigError(f"{path}: the config file is a symlink; metax-audit reads only a regular file")
     try:
-        return path.read_text(encoding="utf-8")
+        return inputs.read_text(path)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:

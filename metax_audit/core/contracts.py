@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metax_audit.core import inputs
 from metax_audit.core.errors import AuditError
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Finding, Location, ProbeResult, Severity
@@ -352,7 +353,7 @@ def parse_contracts(text: str, path: str = CONTRACTS_FILE) -> Contracts:
 def load_contracts(path: Path) -> Contracts:
     """Read component-contracts.md; a malformed block raises ContractError naming file:line."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = inputs.read_text(path)
     except OSError as exc:
         raise ContractError(f"cannot read contracts file {path}: {exc.strerror}; pass the path to component-contracts.md") from exc
     return parse_contracts(text, Path(path).name)

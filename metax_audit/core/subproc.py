@@ -39,7 +39,7 @@ def run(
             list(args), cwd=cwd, env=full_env, input=input, capture_output=True, text=True,
             timeout=timeout, errors="replace",
         )
-    except FileNotFoundError as exc:
+    except OSError as exc:  # missing, not executable (`--python /tmp`), a bad interpreter line
         raise SubprocessError(f"cannot run {args[0]!r}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -199,7 +199,7 @@ def run_binary(args: Sequence[str], *, env: Mapping[str, str] | None = None, tim
     try:
         proc = subprocess.run(list(args), env={**os.environ, **(env or {})}, capture_output=True, timeout=timeout,
                               input=input)
-    except FileNotFoundError as exc:
+    except OSError as exc:
         raise SubprocessError(f"cannot run {args[0]!r}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
         raise SubprocessError(f"{' '.join(args[:3])} timed out after {timeout:.0f} s") from exc

@@ -14,6 +14,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from metax_audit.core import inputs
 from metax_audit.core.config import yaml_error_line
 from metax_audit.core.errors import ConfigError
 from metax_audit.core.findings import make_finding, rule
@@ -61,10 +62,17 @@ class Waiver:
 
 def load_waivers(path: Path) -> list[Waiver]:
     """Parse the waivers file: a list of entries, or a mapping with a `waivers:` list."""
+    try:
+        return _load_waivers(path)
+    except RecursionError:  # PyYAML composes and constructs one level per call
+        raise ConfigError(f"waivers file {path}: nested too deeply to read") from None
+
+
+def _load_waivers(path: Path) -> list[Waiver]:
     import yaml
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = inputs.read_text(path)
     except OSError as exc:
         raise ConfigError(f"waivers file {path} cannot be read: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -7,6 +7,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from metax_audit.core import inputs
 from metax_audit.core.errors import IntrospectError
 from metax_audit.core.models import CallableFact, ParamFact, StackFacts
 
@@ -72,11 +73,13 @@ def _fact_json(fact: CallableFact) -> dict[str, Any]:
 def load_manifest(path: Path) -> StackFacts:
     """Read a stack manifest; its facts keep the source they were captured with (import/static)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(inputs.read_text(path))
     except OSError as exc:
         raise IntrospectError(f"cannot read the stack manifest {path}: {exc.strerror}") from exc
     except ValueError as exc:
         raise IntrospectError(f"{path} is not JSON ({exc}); capture it with `metax-audit evidence --capture-stack`") from exc
+    except RecursionError:
+        raise IntrospectError(f"{path}: nested too deeply to be a stack manifest; capture it with `metax-audit evidence --capture-stack`") from None
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA or not isinstance(data.get("facts"), dict):
         raise IntrospectError(f"{path} is not a metax-audit stack manifest (expected schema {MANIFEST_SCHEMA})")
     try:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from metax_audit.core import inputs
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.errors import AuditError
 
@@ -167,9 +168,9 @@ def save_environment(env: Mapping[str, Any], path: Path | str) -> Path:
 
 def load_environment(path: Path | str) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise AuditError(f"cannot read environment record {path}: {exc}; capture one with `metax-audit evidence`") from exc
+        data = json.loads(inputs.read_text(path))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise AuditError(f"cannot read environment record {path}: {exc}; capture one with `metax-audit evidence`") from None
     if not isinstance(data, dict):
         raise AuditError(f"environment record {path} is not a JSON object")
     return data
