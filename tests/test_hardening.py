@@ -190,7 +190,7 @@ def test_a_2000_deep_leftover_of_a_killed_run_never_breaks_a_later_one(tmp_path:
 
 
 def test_fstree_matches_the_stdlib_and_never_recurses(tmp_path: Path) -> None:
-    from metax_audit import fstree
+    from metax_audit.core import fstree
 
     root = demo.build_demo_repo(tmp_path / "port")
     os.symlink("v1", root / "vllm_metax" / "linked")
@@ -363,7 +363,7 @@ def test_a_fifo_as_the_repo_s_own_config_is_refused_not_skipped(tmp_path: Path, 
 
 
 def test_read_bytes_never_blocks_and_reads_only_regular_files(tmp_path: Path) -> None:
-    from metax_audit import inputs
+    from metax_audit.core import inputs
 
     os.mkfifo(tmp_path / "fifo")
     for path in (tmp_path / "fifo", Path("/dev/zero"), tmp_path):
@@ -374,3 +374,44 @@ def test_read_bytes_never_blocks_and_reads_only_regular_files(tmp_path: Path) ->
     assert inputs.read_text(tmp_path / "f.txt") == "a\nb" and inputs.read_bytes(tmp_path / "link") == b"a\r\nb"
     with pytest.raises(inputs.InputFileError):
         inputs.read_bytes(tmp_path / "link", follow_symlinks=False)
+
+
+# ---------------------------------------------------------------- 6. the output directory
+
+
+def test_an_output_dir_that_holds_other_files_keeps_them(tmp_path: Path, demo_repo: Path) -> None:
+    out = tmp_path / "out"
+    (out / "files").mkdir(parents=True)
+    (out / "files" / "notes.md").write_text("# my notes\n")  # a page name of ours by pattern, not ours
+    (out / "README.md").write_text("mine\n")
+    r = run_tool(demo_repo, *review_args(out))
+    assert r.returncode == 0, r.stderr
+    assert (out / "files" / "notes.md").read_text() == "# my notes\n" and (out / "README.md").read_text() == "mine\n"
+    # our stale page goes when its file leaves the scope; theirs stays
+    stale = out / "files" / "vllm_metax__gone.py.md"
+    stale.write_text("# `vllm_metax/gone.py`\n\n[back to summary](../summary.md)\n")
+    r = run_tool(demo_repo, *review_args(out))
+    assert r.returncode == 0 and not stale.exists() and (out / "files" / "notes.md").exists()
+    # a summary.md that is not ours is never replaced: exit 2, one line, the file intact
+    (out / "summary.md").write_text("# the team's summary\n")
+    r = run_tool(demo_repo, *review_args(out))
+    assert r.returncode == 2 and "not written by metax-audit" in one_line_error(r.stderr)
+    assert (out / "summary.md").read_text() == "# the team's summary\n"
+    (out / "summary.md").unlink()
+    (out / "files").rename(out / "theirs")
+    (out / "files").write_text("a file named files\n")
+    r = run_tool(demo_repo, *review_args(out))
+    assert r.returncode == 2 and (out / "files").read_text() == "a file named files\n"
+
+
+def test_a_symlinked_output_dir_is_said_and_bad_ones_are_exit_2(tmp_path: Path, demo_repo: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    os.symlink(real, tmp_path / "link")
+    r = run_tool(demo_repo, *review_args(tmp_path / "link"))
+    assert r.returncode == 0, r.stderr
+    assert f"(a symlink: written into {real})" in r.stdout.splitlines()[0]
+    assert (real / "summary.md").is_file()
+    for bad in ("/etc/passwd", "/proc/self", "/sys"):
+        r = run_tool(demo_repo, *review_args(Path(bad)))
+        assert r.returncode == 2 and "output directory" in one_line_error(r.stderr), bad

@@ -66,11 +66,12 @@ def test_unknown_format_is_a_report_error(tmp_path):
 def test_stale_pages_are_removed_but_nothing_else(tmp_path):
     pages = tmp_path / "files"
     pages.mkdir()
-    (pages / "old__gone.py.md").write_text("x")
+    (pages / "old__gone.py.md").write_text("# `old/gone.py`\n\n[back to summary](../summary.md)\n")
+    (pages / "theirs.md").write_text("x")  # a page by name, not ours by content: kept
     (tmp_path / "notes.txt").write_text("keep")
     write_reports(rf.make_report(), tmp_path, ["md"])
     assert not (pages / "old__gone.py.md").exists()
-    assert (tmp_path / "notes.txt").read_text() == "keep"
+    assert (tmp_path / "notes.txt").read_text() == "keep" and (pages / "theirs.md").read_text() == "x"
 
 
 # ---------------------------------------------------------------- JSON

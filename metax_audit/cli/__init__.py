@@ -352,7 +352,10 @@ def _review_and_render(options, formats, output_dir, fail_on, generate_waivers, 
 
     text = "text" in formats
     if out is not None and not quiet:  # the first line, once the reports are there (stderr under --format text)
-        typer.echo(f"reports: {out / 'summary.md' if 'md' in files else out}", err=text)
+        real = Path(os.path.realpath(out))
+        # a symlinked --output-dir is followed on purpose (the user named it), and said so
+        linked = f" (a symlink: written into {real})" if real != Path(os.path.abspath(out)) else ""
+        typer.echo(f"reports: {out / 'summary.md' if 'md' in files else out}{linked}", err=text)
     if text:  # stdout is the findings' lines, for editors and grep; the first screen is in summary.md
         render_finding_lines(report)
     else:

@@ -48,6 +48,8 @@ def _safe(text: str) -> str:
 
 def ensure_writable(path: Path) -> Path:
     """Create `path` and prove a file can be written there, before any work starts."""
+    if os.path.lexists(path) and not path.is_dir():
+        raise ConfigError(f"output directory {path} exists and is not a directory (pass --output-dir DIR)")
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".metax-audit-write-", dir=path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -92,18 +93,62 @@ def _write_pages(report: AuditReport, stage: Path, final: Path, markdown: Module
     return names
 
 
+# What each of our files starts with (or, for report.json, holds): a file of that name in the output
+# directory that does not is someone else's, and is never replaced or removed.
+_OURS = {
+    "summary.md": lambda head: head.startswith(b"# metax-audit"),
+    "report.json": lambda head: b'"schema": "metax-audit/report/' in head,
+    "report.sarif": lambda head: b"metax-audit" in head[:8192] and b"sarif" in head[:8192],
+    "report.junit.xml": lambda head: b'<testsuites name="metax-audit"' in head[:4096],
+}
+
+
+def _ours(path: Path, name: str) -> bool:
+    """Whether the regular file at `path` is a report of ours named `name` (a page: files/*.md)."""
+    from metax_audit.core import inputs
+
+    try:
+        data = inputs.read_bytes(path, follow_symlinks=False)
+    except OSError:
+        return False
+    check = _OURS.get(name)
+    if check is not None:
+        return check(data)
+    return data.startswith(b"# ") and b"[back to summary](" in data[:4096]
+
+
+def _refuse_foreign(final: Path, staged: list[str]) -> None:
+    """A ReportError when a file we would replace is a regular file that is not ours: an output
+    directory that holds other files keeps them (a symlink is replaced, never followed)."""
+    for name in staged:
+        target = final / name
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            continue  # a link is replaced, never followed; a directory makes the rename fail
+        if not _ours(target, name.rsplit("/", 1)[-1] if "/" not in name else "page"):
+            raise OSError(f"{target} exists and was not written by metax-audit; it is left alone")
+
+
 def _move_into_place(stage: Path, final: Path, staged: list[str], pages_dir: str | None) -> list[Path]:
     """Rename each staged file over its place in `final` (rename replaces a symlink, never follows
-    it); our stale pages (files/*.md of files no longer in scope) are removed, nothing else."""
+    it); our stale pages (files/*.md of files no longer in scope, recognised by their content) are
+    removed, nothing else; a file of ours by name that is not ours by content stops the move."""
+    _refuse_foreign(final, staged)
     if pages_dir is not None:
         pages = final / pages_dir
-        if os.path.islink(pages) or (os.path.lexists(pages) and not pages.is_dir()):
+        if os.path.islink(pages):
             os.unlink(pages)  # the link itself; whatever it points at is left alone
+        elif os.path.lexists(pages) and not pages.is_dir():
+            raise OSError(f"{pages} exists and is not a directory of ours; it is left alone")
         pages.mkdir(exist_ok=True)
         wanted = {name.split("/", 1)[1] for name in staged if name.startswith(pages_dir + "/")}
         with os.scandir(pages) as entries:
             for entry in entries:
-                if entry.name.endswith(".md") and entry.name not in wanted and not entry.is_dir(follow_symlinks=False):
+                if (entry.name.endswith(".md") and entry.name not in wanted and entry.is_file(follow_symlinks=False)
+                        and _ours(Path(entry.path), "page")):
                     os.unlink(entry.path)
     written = []
     for name in staged:
