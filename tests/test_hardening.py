@@ -351,9 +351,13 @@ def test_bad_input_files_are_one_line_exit_2(tmp_path: Path, demo_repo: Path, op
     where = tmp_path / "inputs"
     where.mkdir()
     value = make(where)  # type: ignore[operator]
-    r = run_tool(demo_repo, *review_args(tmp_path / "out", option, str(value)), timeout=120)
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    r = run_tool(demo_repo, *review_args(tmp_path / "out", option, str(value)), timeout=120,
+                 env={"TMPDIR": str(private_tmp)})
     assert r.returncode == 2, r.stderr
     assert message in one_line_error(r.stderr)
+    assert list(private_tmp.iterdir()) == []  # a review that stops early leaves nothing behind
 
 
 def test_a_fifo_as_the_repo_s_own_config_is_refused_not_skipped(tmp_path: Path, demo_repo: Path) -> None:

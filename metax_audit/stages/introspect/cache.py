@@ -156,8 +156,10 @@ def prefetch_sys_path(python: str | None) -> None:
     interpreter = python or sys.executable
     asked = _sys_path_key(interpreter)
     if asked not in _SYS_PATHS and asked not in _ASKING:
+        # not a daemon: a review that ends early (a bad config, exit 2) waits the fraction of a second
+        # for it at exit, so its sandbox directory is removed instead of left in the temp dir
         thread = threading.Thread(target=_ask_sys_path, args=(interpreter, asked), name="metax-audit-sys-path",
-                                  daemon=True)
+                                  daemon=False)
         _ASKING[asked] = thread
         thread.start()
 
