@@ -55,6 +55,7 @@ class Ctx:
     out: Path
     markers: Path
     notes: list[str] = field(default_factory=list)
+    check_repo: bool = True
 
     def git(self, *args: str, cwd: Path | None = None) -> str:
         return subprocess.run([*GIT, "-C", str(cwd or self.repo), *args], check=True, capture_output=True,
@@ -88,6 +89,16 @@ class Run:
 def tool(ctx: Ctx, args: list[str], *, shell_suffix: str = "", env: dict[str, str] | None = None,
          cwd: Path | None = None, timeout: float = TIMEOUT) -> Run:
     """`python -m metax_audit ARGS` (under bash with `shell_suffix` when given: redirections, pipes)."""
+    before = fingerprint(ctx.repo) if ctx.check_repo else ""
+    try:
+        return _tool(ctx, args, shell_suffix=shell_suffix, env=env, cwd=cwd, timeout=timeout)
+    finally:
+        if ctx.check_repo and fingerprint(ctx.repo) != before:
+            ctx.notes.append("the audited repository changed")
+
+
+def _tool(ctx: Ctx, args: list[str], *, shell_suffix: str, env: dict[str, str] | None, cwd: Path | None,
+          timeout: float) -> Run:
     argv = [sys.executable, "-m", "metax_audit", *args]
     full_env = env or ctx.env()
     try:
@@ -189,7 +200,7 @@ class Attack:
 
 
 def judge(attack: Attack, ctx: Ctx) -> tuple[str, str]:
-    before = fingerprint(ctx.repo) if attack.check_repo else ""
+    ctx.check_repo = attack.check_repo
     start = time.perf_counter()
     try:
         got = attack.run(ctx)
@@ -210,8 +221,7 @@ def judge(attack: Attack, ctx: Ctx) -> tuple[str, str]:
     marks = sorted(p.name for p in ctx.markers.iterdir())
     if marks:
         why.append(f"repo-configured command ran: {', '.join(marks)}")
-    if attack.check_repo and fingerprint(ctx.repo) != before:
-        why.append("the audited repository changed")
+    why += sorted(set(ctx.notes))
     left = leftovers(ctx)
     if left:
         why.append(f"left in TMPDIR: {', '.join(left)[:160]}")
