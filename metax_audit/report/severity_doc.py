@@ -91,6 +91,9 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA123": ((E, "a name imported only under `if TYPE_CHECKING:` is evaluated at runtime (code or an eager annotation): "
                    "NameError when the module is imported or the code runs",
                 "`def plan(self, spec: KVCacheSpec) -> None` without `from __future__ import annotations`, KVCacheSpec imported for typing only"),),
+    "MXA127": ((E, "a name no scope on the path binds (not a local, a module-level name, a star import of a read module, "
+                   "nor a builtin) is read: NameError when the code runs, at import for module-level code",
+                "`F.linear(x, w)` after `import torch.nn.functional as F` was deleted"),),
     "MXA121": ((I, "an import could not be checked because the kernel package is not importable here",
                 "`from flash_mla import flash_mla_with_kvcache` with flash_mla absent on the audit machine"),),
     "MXA125": ((E, "an attribute read on self, a class or super() that no class in its MRO defines: AttributeError when it runs",

@@ -96,8 +96,14 @@ def build_report(
                      calls.get(path, []), sorted_probes, suggest_probe)
         for path in sorted(paths)
     ]
+    # Callers outside the scope (models, customized layers importing attention modules): bound where they
+    # touch the attention code (their imports of modules in scope), listed with what was found there.
+    callers = sorted({c for cs in discovery.callers.values() for c in cs} - paths) if discovery else []
+    scoped = records
+    records = sorted([*records, *(_caller_record(c, by_path.get(c, []), discovery) for c in callers)],  # type: ignore[arg-type]
+                     key=lambda r: r.path)
 
-    skipped = tuple(SkippedFile(r.path, r.status_reason) for r in records if r.status == NOT_ANALYSED)
+    skipped = tuple(SkippedFile(r.path, r.status_reason) for r in scoped if r.status == NOT_ANALYSED)
     left_out = tuple(sorted(discovery.left_out, key=lambda s: (s.path, s.reason))) if discovery else ()
     return AuditReport(
         tool_version=tool_version,
@@ -109,8 +115,8 @@ def build_report(
         findings=tuple(all_findings),
         probes=sorted_probes,
         coverage=Coverage(
-            in_scope=len(records),
-            analysed=len(records) - len(skipped),
+            in_scope=len(scoped),
+            analysed=len(scoped) - len(skipped),
             skipped=skipped,
             left_out=left_out,
         ),
@@ -150,6 +156,21 @@ def _file_record(
         status=status,
         status_reason=status_reason,
     )
+
+
+CALLER: Final = "caller"  # the reason of a caller's record: outside the scope, imports a module in it
+
+
+def _caller_record(path: str, here: list[Finding], discovery: Discovery) -> FileRecord:
+    """A caller outside the scope: which files in scope it imports, and its findings (its imports of them)."""
+    imports = tuple(sorted(t for t, cs in discovery.callers.items() if path in cs))
+    open_ = [f for f in here if not f.waived and f.severity.rank >= Severity.WARNING.rank]
+    counts = severity_counts(open_)
+    return FileRecord(
+        path=path, reason=CALLER, upstream_path=None, registrations=(), callers=(), differences=(),
+        findings=tuple(f.id for f in here), probes=(), status=NEEDS_ACTION if open_ else OK,
+        status_reason=("unwaived findings: " + ", ".join(f"{n} {sev}" for sev, n in counts.items() if n)) if open_ else
+        "caller outside the scope: its imports of " + ", ".join(imports) + " are bound")
 
 
 def probe_id(p: ProbeResult) -> str:

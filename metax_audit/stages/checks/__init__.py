@@ -10,7 +10,7 @@ from metax_audit.core.models import CallSite, Discovery, Finding, StackFacts, Tr
 
 # Every check module is imported with the package, so the rules of findings made in a forked
 # child (binding checks, dataflow) are declared in the parent too (help text in SARIF, Markdown).
-from metax_audit.stages.checks import attributes, binding, claims, graph_capture, imports, kwargs, signatures  # noqa: F401
+from metax_audit.stages.checks import attributes, binding, claims, graph_capture, imports, kwargs, names, signatures  # noqa: F401
 from metax_audit.stages.checks.capabilities import check_capabilities, counterpart_paths
 from metax_audit.stages.checks.imports import absorb_consequences
 from metax_audit.stages.checks.inactive_path import check_inactive_paths
@@ -85,7 +85,9 @@ def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, use_cache: b
         from metax_audit.stages.trace.memo import TraceMemo
 
         units = TraceMemo(symbols.index, ["imports", *memo_common], use_cache=use_cache)
-    first = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo)]
+    scope = [sf.path for sf in discovery.files if sf.parse_error is None and sf.path.endswith(".py")]
+    first = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo),
+             *names.check_undefined_names(scope, symbols, memo)]
     second = list(check_attributes(discovery, symbols, memo))
     memo.save()
     return first, second

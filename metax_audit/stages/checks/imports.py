@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, StackFacts
-from metax_audit.core.pysource import ImportedName, file_imported_names, imported_names, walk_nodes
+from metax_audit.core.pysource import ImportedName, file_imported_names, imported_names, module_name, walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import build_note, source_line
 from metax_audit.stages.trace.modules import ModuleInfo
@@ -219,31 +219,46 @@ def broken_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | 
     `units` (a trace memo over the review's module index) a file is a unit kept with the port names
     its lookups read, served again while those look the same (upstream and base are in the memo's key)."""
     groups: dict[tuple[str, str | None], list[_MissingAt]] = {}
-    for sf in discovery.files:
-        if sf.parse_error is not None or not sf.path.endswith(".py"):
-            continue
-        compute = partial(_file_missing, sf.path, symbols, memo)
+    scope = [sf.path for sf in discovery.files if sf.parse_error is None and sf.path.endswith(".py")]
+    targets = frozenset(module_name(p) for p in scope)
+    # A caller outside the scope (a model, a customized layer) is bound where it touches the attention
+    # code: its imports of the modules in scope, reported under the caller.
+    work = [(p, None) for p in scope] + [(p, targets) for p in caller_paths(discovery)]
+    for path, only in work:
+        compute = partial(_file_missing, path, symbols, memo, only)
         if units is None:
             missing = compute()[0]
         else:
             from metax_audit.cache.resultcache import file_digest
 
-            missing = units.unit(["imports", sf.path, file_digest(discovery.root / sf.path)], compute)[0]
+            parts = ["imports", path, file_digest(discovery.root / path)]
+            missing = units.unit(parts if only is None else [*parts, "caller", *sorted(only)], compute)[0]
         for m in missing:
             groups.setdefault(m.key, []).append(m)
     return [BrokenImport(ms[0].answer, tuple(m.site for m in ms), tuple(u for m in ms for u in m.uses), ms[0].at_base)
             for ms in groups.values()]
 
 
-def _file_missing(path: str, symbols: SymbolTable, memo: FileMemo | None) -> tuple[list[_MissingAt], UnitResult]:
+def caller_paths(discovery: Discovery) -> list[str]:
+    """Port files outside the scope that import a module in scope (discover's callers), in path order."""
+    scope = {sf.path for sf in discovery.files}
+    return sorted({c for cs in discovery.callers.values() for c in cs if c.endswith(".py") and c not in scope
+                   and (discovery.root / c).is_file()})
+
+
+def _file_missing(path: str, symbols: SymbolTable, memo: FileMemo | None, only: frozenset[str] | None = None,
+                  ) -> tuple[list[_MissingAt], UnitResult]:
     """The import sites of one file whose root cause a lookup does not find (a missing answer is
-    always exact: it never takes the text shortcut), with the base's word and the uses that fail."""
+    always exact: it never takes the text shortcut), with the base's word and the uses that fail.
+    `only`: the modules whose imports are bound (a caller outside the scope: the modules in scope)."""
     from metax_audit.stages.trace.memo import UnitResult
 
     info = symbols.index.module_for_path(path)
     out: list[_MissingAt] = []
     answers: dict[tuple[str, str | None], NameAnswer] = {}
     for site in (kept_import_sites(info, path, memo) if info is not None else ()):
+        if only is not None and site.module not in only and (site.name is None or f"{site.module}.{site.name}" not in only):
+            continue
         if symbols.provider(site.module) not in (Provider.PORT, Provider.UPSTREAM):
             continue  # kernel packages: MXA120 over introspection facts; others are not read
         key = _root_key(site, symbols)
@@ -315,7 +330,7 @@ def _future_annotations(info: ModuleInfo) -> bool:
 
 FAILS_WITH = "fails with it: "  # evidence prefix of a use that breaks because of the finding's import
 READ = "read: "  # evidence prefix of an attribute read that fails (MXA125/126)
-_ROOT_CAUSES = frozenset({"MXA122", "MXA125", "MXA126"})
+_ROOT_CAUSES = frozenset({"MXA122", "MXA125", "MXA126", "MXA127"})
 
 
 def absorb_consequences(findings: list[Finding]) -> list[Finding]:
