@@ -37,9 +37,9 @@ KIND_RULES: dict[str, set[str]] = {
     "runtime-name": {"MXA123", "MXA127"},
     "attribute": {"MXA125", "MXA128", "MXA129"},
     "signature": {"MXA101", "MXA102", "MXA103", "MXA104", "MXA105", "MXA107", "MXA108", "MXA109"},
-    "compiled-call": {"MXA105", "MXA107", "MXA108", "MXA109", "MXA116"},
-    "custom-op": {"MXA117", "MXA118"},
-    "torch-ops": {"MXA119", "MXA170"},
+    "compiled-call": {"MXA112", "MXA102", "MXA105", "MXA107", "MXA108", "MXA109"},
+    "custom-op": {"MXA175", "MXA107", "MXA108", "MXA109"},
+    "torch-ops": {"MXA174", "MXA170"},
     "registration": set(),
 }
 KIND_CATEGORIES: dict[str, set[str]] = {

@@ -142,6 +142,6 @@ def test_binding_checks_keep_each_files_reads_in_their_own_memo(tmp_path: Path) 
 
     _run(tmp_path, ATTRIBUTE_CASES[2].source)
     units = {u[0] for f in (results_dir() / "binding-file").glob("*.entry") for u in STORE.get(Key(Kind.BINDING_FILE, f.stem))}
-    assert units == {"import-sites", "type-checking-uses", "method-reads", "assigned", "stored-names", "class-facts",
+    assert units == {"import-sites", "type-checking-uses", "method-reads", "assigned", "stored-names", "class-facts", "free-names",
                      "attribute-loads"}
     assert not (results_dir() / "checks-file").exists()  # the parent's records are another kind

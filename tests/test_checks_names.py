@@ -120,3 +120,46 @@ def test_inventory_lists_callers_outside_the_scope_with_their_findings(tmp_path:
     [caller] = [r for r in report.files if r.reason == CALLER]
     assert caller.path == "port/model.py" and caller.findings == (found[0].id,) and caller.status == "needs-action"
     assert report.coverage.in_scope == 1  # the caller is listed, not counted as a file in scope
+
+
+GETATTR_CASES = [
+    # (the module's text, name asked, expected status)
+    ("TABLE = {'A': lambda: 1, 'B': lambda: 2}\n\ndef __getattr__(name):\n    if name in TABLE:\n        return TABLE[name]()\n"
+     "    raise AttributeError(name)\n", "A", "dynamic"),
+    ("TABLE = {'A': lambda: 1, 'B': lambda: 2}\n\ndef __getattr__(name):\n    if name in TABLE:\n        return TABLE[name]()\n"
+     "    raise AttributeError(name)\n", "C", "missing-name"),
+    ("env: dict = {'X': 1}\n\ndef __getattr__(name: str):\n    '''lazy'''\n    if name in env:\n        return env[name]\n"
+     "    raise AttributeError(f'no {name}')\n", "Y", "missing-name"),
+    ("def __getattr__(name):\n    if name == 'one':\n        return 1\n    elif name in ('two', 'three'):\n        return 2\n"
+     "    raise AttributeError(name)\n", "three", "dynamic"),
+    ("def __getattr__(name):\n    if name == 'one':\n        return 1\n    elif name in ('two', 'three'):\n        return 2\n"
+     "    raise AttributeError(name)\n", "four", "missing-name"),
+    # the table grows at runtime, the function computes, or it never raises: every name may exist
+    ("TABLE = {'A': 1}\nTABLE.update(other())\n\ndef __getattr__(name):\n    if name in TABLE:\n        return TABLE[name]\n"
+     "    raise AttributeError(name)\n", "C", "dynamic"),
+    ("def __getattr__(name):\n    return load(name)\n", "C", "dynamic"),
+    ("def __getattr__(name):\n    if name.startswith('x'):\n        return 1\n    raise AttributeError(name)\n", "C", "dynamic"),
+]
+
+
+@pytest.mark.parametrize(("text", "name", "status"), GETATTR_CASES)
+def test_module_getattr_is_evaluated(tmp_path: Path, text: str, name: str, status: str) -> None:
+    _, symbols = _setup(tmp_path, {"port/envs.py": text, "port/attn.py": ""})
+    answer = symbols.lookup_import("port.envs", name)
+    assert answer.status.value == status, answer
+    if status == "missing-name":
+        assert "module __getattr__ in port/envs.py" in answer.reason and "raises AttributeError for any other" in answer.reason
+
+
+def test_import_and_attribute_read_of_a_name_the_getattr_does_not_map(tmp_path: Path) -> None:
+    from metax_audit.stages.checks.attributes import check_attributes
+
+    envs = "variables = {'USE_FP8': lambda: False}\n\ndef __getattr__(name):\n    if name in variables:\n" \
+           "        return variables[name]()\n    raise AttributeError(name)\n"
+    src = "import port.envs as envs\nfrom port.envs import USE_FP8, USE_FP4\n\ndef f():\n    return envs.USE_INT8 or envs.USE_FP8\n"
+    d, symbols = _setup(tmp_path, {"port/envs.py": envs, "port/attn.py": src})
+    [imp] = check_port_imports(d, symbols)
+    assert "USE_FP4" in imp.message and "maps only 1 name(s) (USE_FP8)" in "\n".join(imp.evidence)
+    [read] = [f for f in check_attributes(d, symbols) if f.rule == "MXA126"]
+    assert "USE_INT8" in read.message and read.severity.value == "error"
+    assert "maps only 1 name(s)" in "\n".join(read.evidence)

@@ -77,6 +77,8 @@ USES = {
     "guarded": 'torch.ops._C.guarded_op(x) if hasattr(torch.ops._C, "guarded_op") else None',
     "unknown_ns": "torch.ops.sgl_kernel.gate(x)",
     "dynamic": "torch.ops.vllm.dyn_abc(x)",
+    "namespace_call": "torch.ops._C(x)",
+    "namespace_call_guarded": "torch.ops.port_ns(x) if hasattr(torch.ops.port_ns, 'lib_op') else None",
 }
 
 
@@ -114,10 +116,14 @@ def _run(tmp_path: Path, use: str, compiled: bool = True, manifest: dict | None 
     ("guarded", "MXA173", Severity.INFO),
     ("unknown_ns", "MXA172", Severity.INFO),  # a namespace nothing read declares: maybe a compiled package
     ("dynamic", "MXA172", Severity.INFO),  # upstream registers computed names with this prefix
+    ("namespace_call", "MXA174", Severity.ERROR),  # torch.ops._C(...): the namespace is not callable
+    ("namespace_call_guarded", "MXA174", Severity.WARNING),
 ])
 def test_op_table(tmp_path: Path, case: str, rule: str | None, severity: Severity | None) -> None:
     found = _run(tmp_path, USES[case])
     assert [(f.rule, f.severity) for f in found] == ([(rule, severity)] if rule else [])
+    if rule == "MXA174" and severity is Severity.ERROR:
+        assert "cpp_op" in "\n".join(found[0].evidence) and "TypeError" in found[0].message
     if rule == "MXA170":
         assert found[0].evidence[0].startswith("port: port/attn.py:4:")
         assert any(e.startswith("read: port C++ (1 files") for e in found[0].evidence)

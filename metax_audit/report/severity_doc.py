@@ -83,6 +83,10 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "`run(q, kv, window=4, o_dtype=n)` where run(q, kv, *, window=-1, **kwargs) never reads `o_dtype`"),),
     "MXA111": ((I, "a keyword lands in **kwargs and is forwarded to another callable (checked there)",
                 "`plan(..., **kwargs)` forwards `kv_data_type` to the module's plan"),),
+    "MXA112": ((E, "a call of a compiled-module function (JIT or extension module, no Python signature) passes an arity or "
+                   "keywords that none of the kernel package's own calls of it passes: TypeError in the compiled module",
+                "`self._cached_module.plan(..., torch.cuda.current_stream().cuda_stream)`: 16 positionals where flashinfer's "
+                "own calls pass 15"),),
     "MXA120": ((E, "the port imports a name the installed kernel package does not provide: ImportError",
                 "`from flashinfer.decode import _gone`"),),
     "MXA122": ((E, "the port imports a module or name its provider (the port snapshot or the upstream release) does not define: "
@@ -182,6 +186,13 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA172": ((I, "the op's provider cannot be read statically here (a compiled package, a computed name); not "
                    "evidence that the op is missing",
                 "`torch.ops.sgl_kernel.gate(...)` with no manifest of the stack"),),
+    "MXA174": ((E, "`torch.ops.<ns>(...)` calls the op namespace itself, which is not callable: TypeError at the call",
+                "`torch.ops._C(query, key)` where `torch.ops._C.rotary_embedding(query, key)` was meant"),
+               (W, "the same call under a hasattr/try guard: the fallback always runs instead",
+                "`torch.ops._C(x) if hasattr(torch.ops._C, 'op') else ref(x)`")),
+    "MXA175": ((E, "a custom op's fake implementation takes other parameters than the registered function (whose parameters "
+                   "are the schema), or a `torch.ops.<ns>.<op>(...)` call does not bind to them: it raises when traced or called",
+                "`direct_register_custom_op(\"op\", op, fake_impl=op_fake)` with `op(q, k, out)` and `op_fake(q, k)`"),),
     "MXA173": ((I, "the use of an unregistered op sits under a hasattr/try guard, so the fallback runs",
                 "`torch.ops._C.x(...) if hasattr(torch.ops._C, \"x\") else fallback(...)`"),),
     "MXA180": ((E, "the impl's constructor raises or asserts for a value the backend advertises to the selector: "

@@ -10,9 +10,20 @@ from metax_audit.core.models import CallSite, Discovery, Finding, StackFacts, Tr
 
 # Every check module is imported with the package, so the rules of findings made in a forked
 # child (binding checks, dataflow) are declared in the parent too (help text in SARIF, Markdown).
-from metax_audit.stages.checks import attributes, binding, claims, graph_capture, imports, kwargs, names, signatures  # noqa: F401
+from metax_audit.stages.checks import (  # noqa: F401
+    attributes,
+    binding,
+    claims,
+    compiled_calls,
+    custom_ops,
+    graph_capture,
+    imports,
+    kwargs,
+    names,
+    signatures,
+)
 from metax_audit.stages.checks.capabilities import check_capabilities, counterpart_paths
-from metax_audit.stages.checks.imports import absorb_consequences
+from metax_audit.stages.checks.imports import absorb_consequences, caller_paths
 from metax_audit.stages.checks.inactive_path import check_inactive_paths
 from metax_audit.stages.checks.lse import check_dataflow
 from metax_audit.stages.checks.memo import FileMemo
@@ -47,6 +58,7 @@ def run_checks(
                                            vendor_ops=vendor_ops, memo=memo)
     yield from kwargs.check_kwargs(discovery.root, trace, facts)
     yield from imports.check_imports(discovery, facts, memo)
+    yield from compiled_calls.check_compiled_calls(discovery, facts, memo)
     yield from graph_capture.check_graph_capture(discovery, trace, memo)
     yield from claims.check_claims(discovery, memo)
 
@@ -87,10 +99,25 @@ def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, use_cache: b
         units = TraceMemo(symbols.index, ["imports", *memo_common], use_cache=use_cache)
     scope = [sf.path for sf in discovery.files if sf.parse_error is None and sf.path.endswith(".py")]
     first = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo),
-             *names.check_undefined_names(scope, symbols, memo)]
+             *names.check_undefined_names(scope, symbols, memo),
+             *custom_ops.check_custom_ops(discovery, _registering_files(discovery), caller_paths(discovery))]
     second = list(check_attributes(discovery, symbols, memo))
     memo.save()
     return first, second
+
+
+def _registering_files(discovery: Discovery) -> list[str]:
+    """The port's files that register custom ops (their text names a registration call)."""
+    base = discovery.root / discovery.port_package.replace(".", "/")
+    out = []
+    for file in sorted(base.rglob("*.py")) if base.is_dir() else ():
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "direct_register_custom_op(" in text or "custom_op(" in text:
+            out.append(file.relative_to(discovery.root).as_posix())
+    return out
 
 
 def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, *, use_cache: bool = False,

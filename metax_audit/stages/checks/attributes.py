@@ -24,7 +24,8 @@ rule("MXA125", Category.IMPORT, Severity.ERROR, "attribute read on self, a class
      "in the evidence.")
 rule("MXA126", Category.IMPORT, Severity.ERROR, "attribute read on an imported module that the module does not define",
      "The module (port snapshot or upstream release) neither defines the name at top level nor has such a submodule, "
-     "and has no module-level __getattr__: the read raises AttributeError when it runs.")
+     "and has no module-level __getattr__ that provides it (one that maps a fixed set of names and raises AttributeError "
+     "otherwise is evaluated): the read raises AttributeError when it runs.")
 
 # Bases that add no instance attributes the port could read: anything else unreadable makes the
 # class's attributes unknown (nn.Module's __getattr__, Enum, NamedTuple, C extensions).
@@ -179,7 +180,8 @@ def _module_findings(module_reads: dict[tuple[str, str], list[_Read]],
                      symbols: SymbolTable) -> Iterator[Finding]:
     """MXA126: reads of a module attribute the module does not define (outside function locals)."""
     for (mod, attr), reads in module_reads.items():
-        if symbols.lookup_import(mod, attr).status is not Status.MISSING_NAME:
+        answer = symbols.lookup_import(mod, attr)
+        if answer.status is not Status.MISSING_NAME:
             continue
         info = symbols.index.get(mod)
         live = [line for i, alias, line, col in module_nodes[(mod, attr)] if (line, col) not in _function_locals(i, alias)]
@@ -192,7 +194,8 @@ def _module_findings(module_reads: dict[tuple[str, str], list[_Read]],
         base = symbols.at_base(mod, attr)
         first = reads[0]
         ev = [*(f"{READ}{r.path}:{r.line}: {r.text}" for r in reads[:8]),
-              f"{label}: {attr} is not defined in {mod} ({info.path}) and the module has no __getattr__",
+              f"{label}: {answer.reason or f'{attr} is not defined in {mod} ({info.path})'}"
+              + ("" if symbols.lazy_names(info) is not None else " and the module has no __getattr__"),
               *([f"closest existing names: {', '.join(near)}"] if near else []),
               *(["the base release defines it: removed or renamed upstream since the port's last sync"] if base else [])]
         yield make_finding("MXA126", Location(first.path, first.line, f"{mod}.{attr}"),

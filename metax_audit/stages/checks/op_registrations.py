@@ -48,7 +48,7 @@ class OpUse:
     line: int
     namespace: str
     name: str | None  # None: the namespace alone (hasattr(torch.ops._C, ...))
-    kind: str  # "torch.ops" | "op-call" (register_fake("ns::op")...) | "string" (a list entry, a comparison)
+    kind: str  # "torch.ops" | "op-call" (register_fake("ns::op")...) | "string" (a list entry, a comparison) | "namespace-call"
     guard: str = ""  # the hasattr/try guard the use sits under
 
 

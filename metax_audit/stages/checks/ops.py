@@ -39,6 +39,10 @@ rule("MXA172", Category.REGISTRATION, Severity.INFO, "op name could not be check
      "The namespace (or op) is provided by something this audit cannot read statically (a compiled package "
      "of the kernel stack, a registration with a computed name); this is not evidence that the op is missing. "
      "A stack manifest captured on the vendor stack (`metax-audit evidence --capture-stack`) closes the gap.")
+rule("MXA174", Category.REGISTRATION, Severity.ERROR, "a torch.ops namespace is called as if it were an op",
+     "`torch.ops.<ns>(...)` calls the namespace object (torch._ops._OpNamespace), which is not callable: TypeError at "
+     "the call, whatever the namespace registers. Call an op of it, `torch.ops.<ns>.<op>(...)`; the evidence lists the "
+     "ops the providers read register in that namespace.")
 rule("MXA173", Category.REGISTRATION, Severity.INFO, "guarded use of an op that nothing registers",
      "The use sits under `hasattr(torch.ops.<ns>, ...)` or a try/except, so the fallback runs instead; check the "
      "fallback is what the vendor device should run.")
@@ -110,6 +114,9 @@ def _file_op_uses(root: Path, rel: str) -> list[OpUse]:
             if m:
                 inner.add(id(node.args[0]))
                 uses.append(OpUse(rel, node.lineno, m.group(1), m.group(2), "op-call", guards.get(node.lineno, "")))
+        elif isinstance(node, ast.Call) and (called := _torch_ops(node.func)) is not None and called[1] is None:
+            inner.add(id(node.func))  # torch.ops.ns(...): the namespace itself is called
+            uses.append(OpUse(rel, node.lineno, called[0], None, "namespace-call", guards.get(node.lineno, "")))
         elif isinstance(node, ast.Call) and _tail(node.func) == "hasattr" and len(node.args) == 2:
             hit = _torch_ops(node.args[0])
             if hit is not None and hit[1] is None:  # hasattr(torch.ops.ns, "op") is the guard, not a use
@@ -165,6 +172,9 @@ def check_ops(discovery: Discovery, table: OpTable, memo: FileMemo | None = None
     paths = [f.path for f in discovery.files if f.parse_error is None]
     unchecked: dict[str, list[OpUse]] = {}
     for use in op_uses(discovery.root, paths, memo):
+        if use.kind == "namespace-call":
+            yield _namespace_call(discovery.root, table, use)
+            continue
         if use.namespace in TORCH_NAMESPACES:
             continue
         op = use.name
@@ -208,6 +218,20 @@ def check_ops(discovery: Discovery, table: OpTable, memo: FileMemo | None = None
                            f"{len(uses)} op use(s) not checked: {why}",
                            [*(f"op: {n}" for n in names[:15]), *(f"use: {u.path}:{u.line}" for u in uses[:10]),
                             *(f"read: {r}" for r in table.read)])
+
+
+def _namespace_call(root: Path, table: OpTable, use: OpUse) -> Finding:
+    ops = sorted(n for (ns, n) in table.ops if ns == use.namespace)
+    ev = [f"port: {use.path}:{use.line}: {source_line(root, use.path, use.line)}",
+          f"torch.ops.{use.namespace} is an op namespace (torch._ops._OpNamespace, a module object without __call__): "
+          "calling it raises TypeError",
+          (f"ops registered in {use.namespace} by what was read: " + ", ".join(ops[:12]) + (" ..." if len(ops) > 12 else ""))
+          if ops else f"no op of {use.namespace} was found in what was read"]
+    if use.guard:
+        ev.append(f"under {use.guard}: the except branch runs instead of the call on every stack")
+    return make_finding("MXA174", Location(use.path, use.line, f"op-namespace-call:{use.namespace}"),
+                        f"torch.ops.{use.namespace}(...) calls an op namespace, not an op: TypeError", ev,
+                        severity=Severity.WARNING if use.guard else None)
 
 
 def op_table_for_review(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,

@@ -77,6 +77,7 @@ class SymbolTable:
         self._names: dict[int, dict[str, int]] = {}
         self._text_names: dict[str, frozenset[str]] = {}
         self._dynamic: dict[int, str] = {}
+        self._lazy: dict[int, frozenset[str]] = {}
 
     @classmethod
     def build(cls, port_root: Path, port_package: str, upstream_root: Path | None, upstream_package: str, *,
@@ -124,9 +125,22 @@ class SymbolTable:
         if got is None:
             got, dynamic = _bound_names(info)
             self._names[key] = got
+            getattr_fn = _module_getattr(info)
+            if getattr_fn is not None and not dynamic:
+                provides = _getattr_provides(info, getattr_fn)
+                if provides is None:
+                    dynamic = f"module-level __getattr__ in {info.path}:{getattr_fn.lineno} provides names at runtime"
+                else:
+                    self._lazy[key] = provides
             if dynamic:
                 self._dynamic[key] = dynamic
         return got
+
+    def lazy_names(self, info: ModuleInfo) -> frozenset[str] | None:
+        """The names a module-level __getattr__ maps when it maps a fixed set and raises AttributeError
+        for any other (None: no such function, or one the audit cannot evaluate)."""
+        self.module_names(info)
+        return self._lazy.get(id(info.tree))
 
     def dynamic_reason(self, info: ModuleInfo) -> str:
         """Why names of this module may appear at runtime without a definition ('' when none)."""
@@ -153,6 +167,14 @@ class SymbolTable:
         dynamic = self.dynamic_reason(info)
         if dynamic:
             return Status.DYNAMIC, dynamic
+        lazy = self.lazy_names(info)
+        if lazy is not None:
+            fn = f"module __getattr__ in {info.path}:{names.get('__getattr__', 0)}"
+            if name in lazy:
+                return Status.DYNAMIC, f"{fn} provides it"
+            sample = ", ".join(sorted(lazy)[:5]) + (", ..." if len(lazy) > 5 else "")
+            return Status.MISSING_NAME, (f"{fn} maps only {len(lazy)} name(s) ({sample}) and raises AttributeError "
+                                         "for any other")
         return Status.MISSING_NAME, ""
 
     # ---- imports
@@ -199,8 +221,10 @@ class SymbolTable:
             return NameAnswer(Status.DEFINED, provider, label, module, None, info.path)
         status, where = self.member(info, name)
         if status is Status.MISSING_NAME:
-            near = tuple(difflib.get_close_matches(name, [n for n in self.module_names(info) if not n.startswith("__")], n=3, cutoff=0.6))
-            return NameAnswer(status, provider, label, module, name, info.path, f"{name} is not defined in {module} ({info.path})", near)
+            pool = [n for n in self.module_names(info) if not n.startswith("__")] + sorted(self.lazy_names(info) or ())
+            near = tuple(difflib.get_close_matches(name, pool, n=3, cutoff=0.6))
+            return NameAnswer(status, provider, label, module, name, info.path,
+                              f"{name} is not defined in {module} ({info.path})" + (f"; {where}" if where else ""), near)
         return NameAnswer(status, provider, label, module, name, where)
 
     def base_resolver(self) -> Resolver | None:
@@ -283,6 +307,112 @@ def absolute_module(info: ModuleInfo, node: ast.ImportFrom) -> str:
     return resolve_relative(info.package, node.level, node.module) if node.level else (node.module or "")
 
 
+def _module_getattr(info: ModuleInfo) -> ast.FunctionDef | None:
+    found = None
+    for st in info.tree.body:
+        if isinstance(st, ast.FunctionDef) and st.name == "__getattr__":
+            found = st  # the last definition wins at runtime
+    return found
+
+
+def _getattr_provides(info: ModuleInfo, fn: ast.FunctionDef) -> frozenset[str] | None:
+    """The fixed set of names a module `__getattr__(name)` answers, when its body is a chain of
+    `if name in TABLE` / `if name == "x"` / `if name in ("a", "b")` branches (TABLE a module-level
+    literal dict, set, list or tuple of strings that nothing at module level mutates) ending in
+    `raise AttributeError`; None for any other shape (then every name may exist)."""
+    if not fn.args.args or fn.args.vararg or fn.args.kwarg:
+        return None
+    param = fn.args.args[0].arg
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if not body or not _raises_attribute_error(body[-1]):
+        return None
+    tables = _literal_tables(info)
+    names: set[str] = set()
+    branches: list[ast.stmt] = list(body[:-1])
+    while branches:
+        st = branches.pop(0)
+        if not isinstance(st, ast.If):
+            return None
+        got = _tested_names(st.test, param, tables)
+        if got is None:
+            return None
+        names |= got
+        if len(st.orelse) == 1 and isinstance(st.orelse[0], ast.If):
+            branches.insert(0, st.orelse[0])  # elif
+        elif st.orelse and not _raises_attribute_error(st.orelse[-1]):
+            return None
+    return frozenset(names)
+
+
+def _raises_attribute_error(st: ast.stmt) -> bool:
+    if not isinstance(st, ast.Raise) or st.exc is None:
+        return False
+    exc = st.exc.func if isinstance(st.exc, ast.Call) else st.exc
+    return ast.unparse(exc).rsplit(".", 1)[-1] == "AttributeError"
+
+
+def _tested_names(test: ast.expr, param: str, tables: dict[str, frozenset[str]]) -> set[str] | None:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        out: set[str] = set()
+        for v in test.values:
+            got = _tested_names(v, param, tables)
+            if got is None:
+                return None
+            out |= got
+        return out
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) and test.left.id == param):
+        return None
+    op, right = test.ops[0], test.comparators[0]
+    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+        return {right.value}
+    if isinstance(op, ast.In):
+        if isinstance(right, ast.Name) and right.id in tables:
+            return set(tables[right.id])
+        literal = _string_literal(right)
+        return set(literal) if literal is not None else None
+    return None
+
+
+def _string_literal(node: ast.expr | None) -> frozenset[str] | None:
+    if isinstance(node, ast.Dict):
+        keys = node.keys
+    elif isinstance(node, ast.Set | ast.List | ast.Tuple):
+        keys = list(node.elts)
+    else:
+        return None
+    if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+        return None
+    return frozenset(k.value for k in keys if isinstance(k, ast.Constant))
+
+
+def _literal_tables(info: ModuleInfo) -> dict[str, frozenset[str]]:
+    """Module-level names bound once to a literal of strings (dict keys or elements) and never
+    mutated at module level or rebound (subscript store, augmented assignment, a method call on it)."""
+    tables: dict[str, frozenset[str]] = {}
+    spoiled: set[str] = set()
+    for st in info.tree.body:
+        target = value = None
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            target, value = st.targets[0].id, st.value
+        elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+            target, value = st.target.id, st.value
+        if target is not None:
+            literal = _string_literal(value)
+            if literal is None or target in tables:
+                spoiled.add(target)
+            else:
+                tables[target] = literal
+    for node in ast.walk(info.tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del) and isinstance(node.value, ast.Name):
+            spoiled.add(node.value.id)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            spoiled.add(node.target.id)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+              and node.func.attr in {"update", "add", "append", "extend", "setdefault", "insert", "__setitem__"}):
+            spoiled.add(node.func.value.id)
+    return {k: v for k, v in tables.items() if k not in spoiled}
+
+
 def _bound_names(info: ModuleInfo) -> tuple[dict[str, int], str]:
     names: dict[str, int] = {}
     dynamic = ""
@@ -291,9 +421,7 @@ def _bound_names(info: ModuleInfo) -> tuple[dict[str, int], str]:
         st = stack.pop()
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.setdefault(st.name, st.lineno)
-            if st.name == "__getattr__" and not isinstance(st, ast.ClassDef):
-                dynamic = f"module-level __getattr__ in {info.path}:{st.lineno} provides names at runtime"
-            continue
+            continue  # a module-level __getattr__ is evaluated by SymbolTable.module_names
         if isinstance(st, ast.Import):
             for a in st.names:
                 names.setdefault(a.asname or a.name.split(".")[0], st.lineno)
