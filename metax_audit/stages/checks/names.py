@@ -174,45 +174,51 @@ def free_names(tree: ast.Module, *, eager_annotations: bool) -> list[FreeName]:
 
     def body(stmts: list[ast.stmt], scopes: list[_Scope], function: str, prefix: str, *, in_function: bool) -> None:
         for st in stmts:
-            if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
-                function_def(st, scopes, function, prefix)
-            elif isinstance(st, ast.ClassDef):
-                for d in (*st.decorator_list, *st.bases, *(k.value for k in st.keywords)):
-                    expr(d, scopes, function)
-                body(st.body, [*scopes, _Scope(_local_bindings(st.body), is_class=True)], function, prefix + st.name + ".",
-                     in_function=False)
-            elif isinstance(st, ast.If) and _is_type_checking(st.test):
-                body(st.orelse, scopes, function, prefix, in_function=in_function)
-            elif isinstance(st, ast.Try | ast.TryStar):
-                if not _name_error_guard(st):  # type: ignore[arg-type]
-                    body(st.body, scopes, function, prefix, in_function=in_function)
-                for h in st.handlers:
-                    expr(h.type, scopes, function)
-                    body(h.body, scopes, function, prefix, in_function=in_function)
-                body(st.orelse, scopes, function, prefix, in_function=in_function)
-                body(st.finalbody, scopes, function, prefix, in_function=in_function)
-            elif isinstance(st, ast.AnnAssign):
-                # A local variable's annotation is never evaluated; a module's or class's is, unless postponed.
-                if not in_function:
-                    annotation(st.annotation, scopes, function)
-                expr(st.value, scopes, function)
-                expr(st.target, scopes, function)
-            elif isinstance(st, ast.Import | ast.ImportFrom | ast.Global | ast.Nonlocal | ast.Pass | ast.Break | ast.Continue):
-                continue
-            else:
-                blocks = [getattr(st, b, None) for b in ("body", "orelse", "finalbody")]
-                for field, value in ast.iter_fields(st):
-                    if field in ("body", "orelse", "finalbody", "handlers", "cases"):
-                        continue
-                    for v in value if isinstance(value, list) else [value]:
-                        if isinstance(v, ast.AST):
-                            expr(v, scopes, function)
-                for case in getattr(st, "cases", []) or []:
-                    expr(case.guard, scopes, function)
-                    body(case.body, scopes, function, prefix, in_function=in_function)
-                for b in blocks:
-                    if isinstance(b, list):
-                        body(b, scopes, function, prefix, in_function=in_function)
+            try:
+                statement(st, scopes, function, prefix, in_function=in_function)
+            except RecursionError:
+                continue  # pathologically nested (generated) code: its reads are not checked, never a crash
+
+    def statement(st: ast.stmt, scopes: list[_Scope], function: str, prefix: str, *, in_function: bool) -> None:
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+            function_def(st, scopes, function, prefix)
+        elif isinstance(st, ast.ClassDef):
+            for d in (*st.decorator_list, *st.bases, *(k.value for k in st.keywords)):
+                expr(d, scopes, function)
+            body(st.body, [*scopes, _Scope(_local_bindings(st.body), is_class=True)], function, prefix + st.name + ".",
+                 in_function=False)
+        elif isinstance(st, ast.If) and _is_type_checking(st.test):
+            body(st.orelse, scopes, function, prefix, in_function=in_function)
+        elif isinstance(st, ast.Try | ast.TryStar):
+            if not _name_error_guard(st):  # type: ignore[arg-type]
+                body(st.body, scopes, function, prefix, in_function=in_function)
+            for h in st.handlers:
+                expr(h.type, scopes, function)
+                body(h.body, scopes, function, prefix, in_function=in_function)
+            body(st.orelse, scopes, function, prefix, in_function=in_function)
+            body(st.finalbody, scopes, function, prefix, in_function=in_function)
+        elif isinstance(st, ast.AnnAssign):
+            # A local variable's annotation is never evaluated; a module's or class's is, unless postponed.
+            if not in_function:
+                annotation(st.annotation, scopes, function)
+            expr(st.value, scopes, function)
+            expr(st.target, scopes, function)
+        elif isinstance(st, ast.Import | ast.ImportFrom | ast.Global | ast.Nonlocal | ast.Pass | ast.Break | ast.Continue):
+            return
+        else:
+            blocks = [getattr(st, b, None) for b in ("body", "orelse", "finalbody")]
+            for field, value in ast.iter_fields(st):
+                if field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    continue
+                for v in value if isinstance(value, list) else [value]:
+                    if isinstance(v, ast.AST):
+                        expr(v, scopes, function)
+            for case in getattr(st, "cases", []) or []:
+                expr(case.guard, scopes, function)
+                body(case.body, scopes, function, prefix, in_function=in_function)
+            for b in blocks:
+                if isinstance(b, list):
+                    body(b, scopes, function, prefix, in_function=in_function)
 
     body(tree.body, [], "", "", in_function=False)
     return out
