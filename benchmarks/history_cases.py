@@ -9,7 +9,7 @@ The case file (JSON) names the port checkout, its config, and one record per fix
   path       the fixed file (repo-relative, at the parent)
   lines      [first, last] line of the fixed site at the parent (a finding within `slack` lines counts)
   kind       import | undefined-name | attribute | signature | registration | compiled-call |
-             custom-op | torch-ops | runtime-name | semantic (what breaks)
+             custom-op | torch-ops | runtime-name | override | semantic (what breaks)
   visible    whether a static tool could see it at all (semantic fixes: false, and not reviewed)
   also       other [path, first, last] sites where the same root cause may be reported
   upstream / base   the vLLM release the parent followed and the one before
@@ -41,6 +41,7 @@ KIND_RULES: dict[str, set[str]] = {
     "custom-op": {"MXA175", "MXA107", "MXA108", "MXA109"},
     "torch-ops": {"MXA174", "MXA170"},
     "registration": set(),
+    "override": {"MXA207", "MXA208"},
 }
 KIND_CATEGORIES: dict[str, set[str]] = {
     "registration": {"registration"},

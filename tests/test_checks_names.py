@@ -163,3 +163,38 @@ def test_import_and_attribute_read_of_a_name_the_getattr_does_not_map(tmp_path: 
     [read] = [f for f in check_attributes(d, symbols) if f.rule == "MXA126"]
     assert "USE_INT8" in read.message and read.severity.value == "error"
     assert "maps only 1 name(s)" in "\n".join(read.evidence)
+
+
+def test_undefined_names_of_a_caller_only_where_it_touches_the_attention_code(tmp_path: Path) -> None:
+    files = {
+        "port/attn.py": "class IndexerBackend:\n    pass\n",
+        "port/model.py": ("from port.attn import IndexerBackend\n\n"
+                          "class Indexer:\n    def forward(self, q):\n        backend = IndexerBackend\n        return q * q_scale\n\n"
+                          "def unrelated():\n    return other_missing\n"),
+    }
+    d, symbols = _setup(tmp_path, files, callers={"port/attn.py": ("port/model.py",)})
+    first, _ = discovery_checks(d, symbols)
+    assert [(f.rule, f.location.path, f.location.symbol) for f in first] == [("MXA127", "port/model.py", "undefined:q_scale")]
+
+
+ENUM_UP = ("from enum import Enum, EnumMeta\n\nclass _Meta(EnumMeta):\n    def __getitem__(cls, name):\n        return super().__getitem__(name)\n\n"
+           "class Backend(Enum, metaclass=_Meta):\n    FLASH = 'a'\n    TRITON = 'b'\n\n    def path(self):\n        return self.value\n\n"
+           "class Lazy(Enum):\n    X = 1\n\nclass LazyMeta(EnumMeta):\n    def __getattr__(cls, name):\n        return 1\n\n"
+           "class Open(Enum, metaclass=LazyMeta):\n    Y = 1\n")
+
+
+@pytest.mark.parametrize(("read", "missing"), [
+    ("Backend.FLASH", None), ("Backend.TREE", "TREE"), ("Backend.FLASH.value", None), ("Backend.__members__", None),
+    ("Backend.path", None), ("Open.ANYTHING", None),  # a metaclass __getattr__: members may be dynamic
+])
+def test_enum_member_reads_bind_against_the_enum(tmp_path: Path, read: str, missing: str | None) -> None:
+    from metax_audit.stages.checks.attributes import check_attributes
+
+    d, symbols = _setup(tmp_path, {"port/attn.py": f"from up.reg import Backend, Open\n\nPRIORITY = [{read}]\n"})
+    (tmp_path / "up" / "up" / "reg.py").write_text(ENUM_UP)
+    d, symbols = _setup(tmp_path, {"port/attn.py": f"from up.reg import Backend, Open\n\nPRIORITY = [{read}]\n"})
+    found = [f for f in check_attributes(d, symbols) if f.rule == "MXA125"]
+    assert [f.location.symbol.rsplit(".", 1)[-1] for f in found] == ([missing] if missing else []), [f.message for f in found]
+    if missing:
+        ev = "\n".join(found[0].evidence)
+        assert found[0].severity.value == "error" and "enum Backend" in ev and "FLASH, TRITON" in ev

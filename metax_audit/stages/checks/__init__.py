@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from metax_audit.core.models import CallSite, Discovery, Finding, StackFacts, TraceResult, Unresolved
+from metax_audit.core.pysource import module_name
 
 # Every check module is imported with the package, so the rules of findings made in a forked
 # child (binding checks, dataflow) are declared in the parent too (help text in SARIF, Markdown).
@@ -99,7 +100,8 @@ def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, use_cache: b
         units = TraceMemo(symbols.index, ["imports", *memo_common], use_cache=use_cache)
     scope = [sf.path for sf in discovery.files if sf.parse_error is None and sf.path.endswith(".py")]
     first = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo),
-             *names.check_undefined_names(scope, symbols, memo),
+             *names.check_undefined_names(scope, symbols, memo, caller_paths(discovery),
+                                          frozenset(module_name(p) for p in scope)),
              *custom_ops.check_custom_ops(discovery, _registering_files(discovery), caller_paths(discovery))]
     second = list(check_attributes(discovery, symbols, memo))
     memo.save()

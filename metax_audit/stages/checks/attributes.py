@@ -13,9 +13,9 @@ from metax_audit.core.models import Category, Discovery, Finding, Location, Seve
 from metax_audit.core.pysource import walk_nodes
 from metax_audit.stages.checks.imports import READ, kept_import_sites, read_from
 from metax_audit.stages.checks.memo import FileMemo
-from metax_audit.stages.trace.modules import ModuleInfo
+from metax_audit.stages.trace.modules import ModuleInfo, resolve_relative
 from metax_audit.stages.trace.symbols import Provider, Status, SymbolTable
-from metax_audit.stages.trace.values import Cls, Ext
+from metax_audit.stages.trace.values import Cls, Ext, known
 
 rule("MXA125", Category.IMPORT, Severity.ERROR, "attribute read on self, a class or super() that no class in its MRO defines",
      "Neither the class nor any base class (port or upstream, read statically) defines or assigns the attribute, "
@@ -173,6 +173,108 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
         yield make_finding("MXA125", Location(first.path, first.line, f"{cls.dotted}.{attr}"),
                            f"reads {what}, which no class in its MRO defines ({len(reads)} read(s))", ev)
     yield from _module_findings(module_reads, module_nodes, symbols)
+    yield from _enum_findings(discovery, symbols)
+
+
+_ENUM_BASES = frozenset({"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag", "enum.ReprEnum"})
+
+
+def _enum_api() -> frozenset[str]:
+    import enum
+
+    return frozenset(dir(enum.Enum)) | frozenset(dir(enum.EnumMeta)) | frozenset(dir(enum.StrEnum)) | frozenset(dir(enum.Flag)) \
+        | {"_name_", "_value_", "_missing_", "_generate_next_value_", "_ignore_", "_order_", "__members__"}
+
+
+def _enum_members(cls: Cls, symbols: SymbolTable) -> tuple[set[str], str] | None:
+    """(the names an Enum class and its bases bind, its file:line) when `cls` is an Enum whose members are
+    exactly its bodies' names; None for a class that is not one, or one whose attributes may be dynamic
+    (a metaclass or base that defines __getattr__, a decorated class, a base the audit cannot read)."""
+    chain = symbols.resolver.mro(cls)
+    if not any(isinstance(c, Ext) and c.dotted in _ENUM_BASES for c in chain):
+        return None
+    names: set[str] = set()
+    for c in chain:
+        if isinstance(c, Ext):
+            if c.dotted not in _ENUM_BASES and c.dotted not in _NEUTRAL_BASES:
+                return None
+            continue
+        if c.node.decorator_list:
+            return None
+        for kw in c.node.keywords:
+            if kw.arg != "metaclass":
+                return None
+            meta = known(symbols.resolver.lookup(_dotted_in(c.info, ast.unparse(kw.value)) or ""))
+            metas = [m for m in meta if isinstance(m, Cls)]
+            if len(metas) != 1 or any(isinstance(i, ast.FunctionDef) and i.name in _DYNAMIC_HOOKS for m in symbols.resolver.mro(metas[0])
+                                      if isinstance(m, Cls) for i in m.node.body):
+                return None
+        facts = _own(c)
+        if facts.dynamic and not facts.dynamic.endswith("has a metaclass or class keywords"):
+            return None
+        names |= facts.names
+    return names, f"{cls.info.path}:{cls.node.lineno}"
+
+
+def _dotted_in(info: ModuleInfo, name: str) -> str | None:
+    """The dotted path a module-level name of `info` stands for: a class defined there or a name it imports."""
+    head, _, rest = name.partition(".")
+    for st in info.tree.body:
+        if isinstance(st, ast.ClassDef) and st.name == head:
+            return f"{info.name}.{name}"
+        if isinstance(st, ast.ImportFrom):
+            for a in st.names:
+                if (a.asname or a.name) == head and a.name != "*":
+                    base = resolve_relative(info.package, st.level, st.module) if st.level else (st.module or "")
+                    return f"{base}.{a.name}" + (f".{rest}" if rest else "")
+    return None
+
+
+def _enum_findings(discovery: Discovery, symbols: SymbolTable) -> Iterator[Finding]:
+    """MXA125 for a member read on an Enum class (port or upstream) that no body of its MRO binds:
+    `AttentionBackendEnum.TREE_ATTN` after upstream dropped the member raises AttributeError."""
+    api = _enum_api()
+    reads: dict[tuple[str, str], list[_Read]] = {}
+    classes: dict[str, tuple[Cls, set[str], str] | None] = {}
+    for sf in discovery.files:
+        if sf.parse_error is not None or not sf.path.endswith(".py"):
+            continue
+        info = symbols.index.module_for_path(sf.path)
+        if info is None:
+            continue
+        lines = info.source.splitlines()
+        for node in walk_nodes(info.tree):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name)):
+                continue
+            if node.attr in api or node.attr.startswith("__"):
+                continue
+            dotted = _dotted_in(info, node.value.id)
+            if dotted is None:
+                continue
+            if dotted not in classes:
+                vals = [v for v in known(symbols.resolver.lookup(dotted)) if isinstance(v, Cls)]
+                got = _enum_members(vals[0], symbols) if len(vals) == 1 else None
+                classes[dotted] = (vals[0], *got) if got is not None else None
+            if classes[dotted] is not None and node.attr not in classes[dotted][1]:  # type: ignore[index]
+                reads.setdefault((dotted, node.attr), []).append(_Read(dotted, node.attr, sf.path, node.lineno, _line(lines, node.lineno)))
+    for (dotted, attr), rs in reads.items():
+        cls, names, where = classes[dotted]  # type: ignore[misc]
+        label = symbols.label(symbols.provider(dotted))
+        near = difflib.get_close_matches(attr, sorted(n for n in names if not n.startswith("_")), n=3, cutoff=0.6)
+        base = symbols.at_base(dotted.rsplit(".", 1)[0], dotted.rsplit(".", 1)[1])
+        at_base = ""
+        if base and symbols.base_index is not None:
+            info = symbols.base_index.get(dotted.rsplit(".", 1)[0])
+            node = next((st for st in info.tree.body if isinstance(st, ast.ClassDef) and st.name == cls.node.name), None) if info else None
+            if node is not None and any(isinstance(n, ast.Name) and n.id == attr and isinstance(n.ctx, ast.Store) for n in ast.walk(node)):
+                at_base = "the base release's enum has the member: removed upstream since the port's last sync"
+        rs = sorted(rs, key=lambda r: (r.path, r.line))
+        ev = [*(f"{READ}{r.path}:{r.line}: {r.text}" for r in rs[:8]),
+              f"{label}: enum {cls.node.name} ({where}) has no member {attr}; its members: "
+              + ", ".join(sorted(n for n in names if not n.startswith("_"))[:12]) + (" ..." if len(names) > 12 else ""),
+              *([f"closest existing names: {', '.join(near)}"] if near else []), *([at_base] if at_base else [])]
+        yield make_finding("MXA125", Location(rs[0].path, rs[0].line, f"{dotted}.{attr}"),
+                           f"reads {cls.node.name}.{attr}, which enum {cls.node.name} of {label} does not define ({len(rs)} read(s))", ev)
 
 
 def _module_findings(module_reads: dict[tuple[str, str], list[_Read]],

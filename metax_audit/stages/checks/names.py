@@ -5,13 +5,20 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Finding, Location, Severity
-from metax_audit.stages.checks.imports import FAILS_WITH, _future_annotations, _is_type_checking, _text, read_from
+from metax_audit.stages.checks.imports import (
+    FAILS_WITH,
+    _future_annotations,
+    _is_type_checking,
+    _text,
+    kept_import_sites,
+    read_from,
+)
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.trace.modules import ModuleInfo
 from metax_audit.stages.trace.symbols import Status, SymbolTable
@@ -239,13 +246,33 @@ def _kept_free_names(info: ModuleInfo, path: str, memo: FileMemo | None) -> list
     return memo.get(path, ("free-names",), compute)
 
 
-def check_undefined_names(paths: list[str], symbols: SymbolTable, memo: FileMemo | None = None) -> Iterator[Finding]:
-    """One finding per (file, name) that no scope binds where the code reads it (MXA127)."""
-    for path in paths:
+def _touching(info: ModuleInfo, path: str, targets: frozenset[str], memo: FileMemo | None) -> list[tuple[int, int]]:
+    """The line ranges of a caller's top-level definitions that use a name it imports from the modules in
+    scope: the part of a caller outside the scope that touches the attention code."""
+    local = {s.local for s in kept_import_sites(info, path, memo)
+             if s.module in targets or (s.name is not None and f"{s.module}.{s.name}" in targets)}
+    if not local:
+        return []
+    out = []
+    for st in info.tree.body:
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and any(
+                isinstance(n, ast.Name) and n.id in local for n in ast.walk(st)):
+            out.append((st.lineno, st.end_lineno or st.lineno))
+    return out
+
+
+def check_undefined_names(paths: list[str], symbols: SymbolTable, memo: FileMemo | None = None,
+                          callers: Sequence[str] = (), targets: frozenset[str] = frozenset()) -> Iterator[Finding]:
+    """One finding per (file, name) that no scope binds where the code reads it (MXA127). In `callers` (files
+    outside the scope), only the definitions that use a name imported from a module in `targets` are read."""
+    for path in [*paths, *callers]:
         info = symbols.index.module_for_path(path)
         if info is None:
             continue
         free = _kept_free_names(info, path, memo)
+        if free and path in callers:
+            ranges = _touching(info, path, targets, memo)
+            free = [f for f in free if any(lo <= f.line <= hi for lo, hi in ranges)]
         if not free:
             continue
         module_names = symbols.module_names(info)
