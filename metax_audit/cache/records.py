@@ -36,6 +36,8 @@ RECORDS: dict[str, tuple[str, ...]] = {
     "metax_audit.stages.checks.imports": ("Guard", "ImportSite", "_MissingAt"),
     "metax_audit.stages.checks.op_registrations": ("OpRegistration", "OpUse"),
     "metax_audit.stages.checks.passthrough": ("ForwardedOp",),
+    "metax_audit.stages.checks.names": ("FreeName",),
+    "metax_audit.stages.checks.compiled_calls": ("CompiledCall",),
     "metax_audit.stages.dataflow.analysis": ("Recorder", "ScopeEntry"),
     "metax_audit.stages.dataflow.facts": ("ScaleArgument", "ScaleCall", "Unpacking"),
 }
