@@ -208,4 +208,15 @@ def test_parameter_renamed_in_place_is_reported_only_when_upstream_passes_it_by_
     _, findings = _review(port, up)
     got = next(f for f in findings if f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
     assert "renames `cache_dtype_str` to `cache_type`, which upstream callers pass by keyword" in got.message
-    assert got.severity.value == "warning" and "upstream caller vllm/v1/engine.py:2 passes cache_dtype_str=" in got.evidence
+    # the upstream call names the parameter the override no longer has: TypeError whenever it runs
+    assert got.severity.value == "error" and "upstream caller vllm/v1/engine.py:2 passes cache_dtype_str=" in got.evidence
+
+
+def test_abstract_method_missing_is_an_error_when_the_class_is_instantiated(trees: tuple[Path, Path]) -> None:
+    port, up = trees
+    mla = port / "vllm_npu/attention/mla_v1.py"
+    mla.write_text(mla.read_text() + "\n\nclass NpuIndexerImpl(AttentionImpl):\n    def helper(self):\n        return 1\n\n\n"
+                   "class NpuIndexerBackend:\n    @staticmethod\n    def get_impl_cls():\n        return NpuIndexerImpl\n")
+    _, findings = _review(port, up)
+    [abstract] = [f for f in findings if f.rule == "MXA208"]
+    assert abstract.severity.value == "error" and any("get_impl_cls() returns NpuIndexerImpl" in e for e in abstract.evidence)

@@ -156,12 +156,15 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "`vllm_metax/v1/attention/backends/cp_utils.py`"),),
     "MXA206": ((W, "a port file or its upstream counterpart could not be parsed, so no differences were computed",
                 "upstream counterpart `vllm/v1/attention/backends/x.py` could not be read"),),
-    "MXA207": ((E, "the override drops a parameter the upstream base requires and an upstream call site passes it: TypeError "
-                   "whenever that call runs",
+    "MXA207": ((E, "the override drops a parameter the upstream base requires and an upstream call site passes it, or one an "
+                   "upstream call names by keyword: TypeError whenever that call runs",
                 "`MacaImpl.forward(self, layer, q, k, v, kv_cache, attn_metadata)` without the `output` upstream's caller passes"),
                (W, "the override drops or adds a parameter the base method's interface has, with no upstream call site proving a break",
                 "`build(self, common_prefix_len, common_attn_metadata)` drops upstream's optional `fast_build`")),
-    "MXA208": ((W, "the port class does not define an abstract method of its upstream base: instantiating it raises TypeError",
+    "MXA208": ((E, "the port class lacks an abstract method of its upstream base and the port constructs it or returns it from "
+                   "get_impl_cls/get_builder_cls: TypeError when vLLM instantiates it",
+                "`AscendMLAImpl` without `forward_mha`, abstract in vLLM's MLAAttentionImpl, returned by get_impl_cls"),
+               (W, "the port class does not define an abstract method of its upstream base: instantiating it raises TypeError",
                 "`MacaFlashInferBackend` without the abstract `get_kv_cache_stride_order` of its ABC base"),),
     "MXA210": ((W, "a waiver matches no finding: it is stale and may hide a future finding",
                 "waiver for MXA201 at flashinfer.py `FlashInferImpl.forward` after the function was rewritten"),),

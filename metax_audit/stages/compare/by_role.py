@@ -22,7 +22,8 @@ R_OVERRIDE = rule(
     "vLLM calls this method through the upstream base class's interface. The override drops a parameter "
     "the base method takes (a call passing it raises TypeError) or adds a required one (calls through the "
     "base do not pass it). An error when the dropped parameter is required by the base and an upstream call "
-    "site passes it (TypeError whenever that call runs). When the port's own code is the only caller, waive "
+    "site passes it, or when an upstream call names the dropped parameter by keyword (TypeError whenever that call "
+    "runs). When the port's own code is the only caller, waive "
     "it with that reason.",
 ).id
 R_ABSTRACT = rule(
@@ -30,7 +31,8 @@ R_ABSTRACT = rule(
     "port class does not define an abstract method of its upstream base",
     "The upstream base class is an ABC and declares the method abstract; the port class (and its bases in "
     "the same file) do not define it, so instantiating the class raises TypeError, and a static call of it "
-    "reaches upstream's body (which usually raises NotImplementedError).",
+    "reaches upstream's body (which usually raises NotImplementedError). An error when the port's module "
+    "constructs the class or returns it from a get_*_cls method (vLLM constructs the impl and builder classes).",
 ).id
 
 _Func = ast.FunctionDef | ast.AsyncFunctionDef
@@ -203,9 +205,12 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
         if problem is not None:
             dropped = [n for n in _params(up).names if n not in _params(fn).names]
             seen = callers(name, dropped, len(_params(fn).positional), _params(fn).varargs)
-            # A required parameter every call through the base passes, and an upstream call that does:
+            # A required parameter every call through the base passes, and an upstream call that does; or an
+            # upstream call through the base that names the dropped parameter by keyword (optional or not):
             # TypeError whenever that call runs.
-            sev = Severity.ERROR if seen and set(dropped) & _params(up).required and name not in _GENERIC else None
+            by_keyword = any(f" passes {d}=" in text for text in seen for d in dropped)
+            sev = Severity.ERROR if seen and (by_keyword or set(dropped) & _params(up).required) and name not in _GENERIC \
+                else None
             yield None, make_finding(
                 R_OVERRIDE, Location(port_path, fn.lineno, qual),
                 f"{qual} overrides {owner.node.name}.{name} but {problem}",
@@ -287,11 +292,28 @@ def _abstract(port_path: str, tree: ast.Module, cls: ast.ClassDef, pair: RolePai
         if _decorators(found[1]) & {"staticmethod", "classmethod"}:
             continue  # called on the class (backends are never instantiated): upstream's body answers
         owner, up = found
+        made = _instantiated(tree, cls.name)
         yield make_finding(
             R_ABSTRACT, Location(port_path, cls.lineno, f"{cls.name}.{name}"),
             f"{cls.name} does not define {name}, abstract in upstream {owner.node.name}",
             (f"upstream {owner.path}:{up.lineno} @abstractmethod {owner.node.name}.{_sig(up)}",
-             f"port {port_path}:{cls.lineno} class {cls.name} (bases in this file included) has no {name}"))
+             f"port {port_path}:{cls.lineno} class {cls.name} (bases in this file included) has no {name}",
+             *([f"port {port_path}:{made[0]} {made[1]}: the class is instantiated, which raises TypeError "
+                "(can't instantiate abstract class)"] if made else [])),
+            severity=Severity.ERROR if made else None)
+
+
+def _instantiated(tree: ast.Module, name: str) -> tuple[int, str] | None:
+    """Where the module constructs the class, or hands it to vLLM to construct (returned by a backend's
+    get_impl_cls/get_builder_cls): (line, what)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
+            return node.lineno, f"{name}(...)"
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("get_") and node.name.endswith("_cls"):
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Name) and ret.value.id == name:
+                    return ret.lineno, f"{node.name}() returns {name} (vLLM instantiates it)"
+    return None
 
 
 def _module_of(path: str) -> str:
