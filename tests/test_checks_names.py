@@ -198,3 +198,23 @@ def test_enum_member_reads_bind_against_the_enum(tmp_path: Path, read: str, miss
     if missing:
         ev = "\n".join(found[0].evidence)
         assert found[0].severity.value == "error" and "enum Backend" in ev and "FLASH, TRITON" in ev
+
+
+@pytest.mark.parametrize(("read", "missing"), [
+    ("self.batch.num_reqs", None), ("self.batch.upstream_only_field", "upstream_only_field"), ("self.batch.added_later", None),
+    ("self.other.anything", None),  # self.other is assigned two different things: not bound
+])
+def test_reads_on_an_object_the_class_constructs_bind_against_that_class(tmp_path: Path, read: str, missing: str | None) -> None:
+    from metax_audit.stages.checks.attributes import check_attributes
+
+    batch = "class MacaInputBatch:\n    def __init__(self):\n        self.num_reqs = 0\n"
+    runner = ("from port.batch import MacaInputBatch\n\nclass Runner:\n    def __init__(self, x):\n"
+              "        self.batch = MacaInputBatch()\n        self.batch.added_later = 1\n"
+              "        self.other = MacaInputBatch() if x else None\n\n"
+              f"    def step(self):\n        return {read}\n")
+    d, symbols = _setup(tmp_path, {"port/batch.py": batch, "port/attn.py": runner})
+    found = [f for f in check_attributes(d, symbols) if f.rule == "MXA125"]
+    assert [f.location.symbol.rsplit(".", 1)[-1] for f in found] == ([missing] if missing else []), [f.message for f in found]
+    if missing:
+        assert "MacaInputBatch (the class Runner constructs)" in found[0].message
+        assert any("self.batch is only ever a MacaInputBatch" in e for e in found[0].evidence)

@@ -174,6 +174,72 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
                            f"reads {what}, which no class in its MRO defines ({len(reads)} read(s))", ev)
     yield from _module_findings(module_reads, module_nodes, symbols)
     yield from _enum_findings(discovery, symbols)
+    yield from _constructed_findings(discovery, symbols, a, external_sets)
+
+
+def _constructed(cls_node: ast.ClassDef) -> dict[str, list[tuple[str, int]]]:
+    """self.<x> = <Name or dotted>(...) in a class's methods: attribute -> [(constructor text, line)];
+    an attribute assigned anything else too maps to a sentinel ("", line)."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for fn in cls_node.body:
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
+            value = getattr(node, "value", None)
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    ctor = ast.unparse(value.func) if isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) else ""
+                    out.setdefault(t.attr, []).append((ctor, node.lineno))
+    return out
+
+
+def _constructed_findings(discovery: Discovery, symbols: SymbolTable, a: _Attributes, external_sets: set[str]) -> Iterator[Finding]:
+    """MXA125 for `self.<x>.<attr>` where the class only ever assigns self.<x> an instance of one port class
+    it constructs (`self.input_batch = MacaInputBatch(...)`) and no class in that class's MRO defines attr:
+    the read is bound against the class the code constructs, not the upstream class an annotation names."""
+    for sf in discovery.files:
+        if sf.parse_error is not None or not sf.path.endswith(".py"):
+            continue
+        info = symbols.index.module_for_path(sf.path)
+        if info is None:
+            continue
+        lines = info.source.splitlines()
+        for owner in _classes(info):
+            made = _constructed(owner.node)
+            kinds: dict[str, tuple[Cls, int]] = {}
+            for attr, ctors in made.items():
+                texts = {c for c, _ in ctors}
+                if len(texts) != 1 or "" in texts:
+                    continue
+                dotted = _dotted_in(info, next(iter(texts)))
+                vals = [v for v in known(symbols.resolver.lookup(dotted))] if dotted else []
+                if len(vals) == 1 and isinstance(vals[0], Cls) and vals[0].info.origin == "port":
+                    kinds[attr] = (vals[0], ctors[0][1])
+            if not kinds:
+                continue
+            reads: dict[tuple[str, str], list[_Read]] = {}
+            for node in walk_nodes(owner.node):
+                if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Attribute)
+                        and isinstance(node.value.value, ast.Name) and node.value.value.id == "self" and node.value.attr in kinds):
+                    reads.setdefault((node.value.attr, node.attr), []).append(
+                        _Read(owner.dotted, node.attr, sf.path, node.lineno, _line(lines, node.lineno)))
+            for (field_name, attr), rs in reads.items():
+                if attr.startswith("__") or attr in external_sets:
+                    continue
+                cls, line = kinds[field_name]
+                names, dynamic, read = a.along(cls)
+                if dynamic or attr in names or not read:
+                    continue
+                near = difflib.get_close_matches(attr, sorted(n for n in names if not n.startswith("__")), n=3, cutoff=0.7)
+                rs = sorted(rs, key=lambda r: r.line)
+                ev = [*(f"{READ}{r.path}:{r.line}: {r.text}" for r in rs[:8]),
+                      f"port: {sf.path}:{line}: {_line(lines, line)}  (self.{field_name} is only ever a {cls.node.name})",
+                      "classes read (MRO): " + " -> ".join(read), *([f"closest existing names: {', '.join(near)}"] if near else []),
+                      "no class in the MRO defines or assigns it, and nothing makes its attributes dynamic"]
+                yield make_finding("MXA125", Location(rs[0].path, rs[0].line, f"{owner.dotted}.{field_name}.{attr}"),
+                                   f"reads self.{field_name}.{attr}, which {cls.node.name} (the class {owner.node.name} constructs) "
+                                   f"does not define ({len(rs)} read(s))", ev)
 
 
 _ENUM_BASES = frozenset({"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag", "enum.ReprEnum"})
