@@ -190,7 +190,7 @@ def _constructed(cls_node: ast.ClassDef) -> dict[str, list[tuple[str, int]]]:
             for t in targets:
                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                     ctor = ast.unparse(value.func) if isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) else ""
-                    out.setdefault(t.attr, []).append((ctor, node.lineno))
+                    out.setdefault(t.attr, []).append((ctor, t.lineno))
     return out
 
 
@@ -331,8 +331,8 @@ def _enum_findings(discovery: Discovery, symbols: SymbolTable) -> Iterator[Findi
         at_base = ""
         if base and symbols.base_index is not None:
             info = symbols.base_index.get(dotted.rsplit(".", 1)[0])
-            node = next((st for st in info.tree.body if isinstance(st, ast.ClassDef) and st.name == cls.node.name), None) if info else None
-            if node is not None and any(isinstance(n, ast.Name) and n.id == attr and isinstance(n.ctx, ast.Store) for n in ast.walk(node)):
+            base_cls = next((st for st in info.tree.body if isinstance(st, ast.ClassDef) and st.name == cls.node.name), None) if info else None
+            if base_cls is not None and any(isinstance(n, ast.Name) and n.id == attr and isinstance(n.ctx, ast.Store) for n in ast.walk(base_cls)):
                 at_base = "the base release's enum has the member: removed upstream since the port's last sync"
         rs = sorted(rs, key=lambda r: (r.path, r.line))
         ev = [*(f"{READ}{r.path}:{r.line}: {r.text}" for r in rs[:8]),

@@ -86,9 +86,9 @@ def registered_ops(tree: ast.Module, path: str) -> list[_Op]:
             if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("custom_op") and (s := _str(d.args[0] if d.args else None)) \
                     and "::" in s:
                 ns, name = s.split("::", 1)
-                fake = next((f for f in fns.values() for fd in f.decorator_list
-                             if ast.unparse(fd.func if isinstance(fd, ast.Call) else fd) == f"{fn.name}.register_fake"), None)
-                out.append(_Op(ns, name, (path, fn.lineno), _Params.of(fn, path), _Params.of(fake, path) if fake else None))
+                fake_fn = next((f for f in fns.values() for fd in f.decorator_list
+                                if ast.unparse(fd.func if isinstance(fd, ast.Call) else fd) == f"{fn.name}.register_fake"), None)
+                out.append(_Op(ns, name, (path, fn.lineno), _Params.of(fn, path), _Params.of(fake_fn, path) if fake_fn else None))
     return out
 
 
@@ -177,9 +177,10 @@ def check_custom_ops(discovery: Discovery, registering: list[str], callers: list
             yield make_finding("MXA175", Location(op.fake.path, op.fake.line, f"custom-op-fake:{op.namespace}::{op.name}"),
                                f"{op.namespace}::{op.name}: {why}", _evidence(root, op))
     for call in calls:
-        op = ops.get((call.namespace, call.name))
-        if op is None or op.func is None or not (why := _binding(call, op.func)):
+        called = ops.get((call.namespace, call.name))
+        if called is None or called.func is None or not (why := _binding(call, called.func)):
             continue
+        op = called
         yield make_finding("MXA175", Location(call.path, call.line, f"custom-op-call:{op.namespace}::{op.name}"),
                            f"torch.ops.{op.namespace}.{op.name}(...) passes {why}: it does not bind to the op's schema",
                            [f"port: {call.path}:{call.line}: {source_line(root, call.path, call.line)}", *_evidence(root, op)])

@@ -382,7 +382,7 @@ def _string_literal(node: ast.expr | None) -> frozenset[str] | None:
         return None
     if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
         return None
-    return frozenset(k.value for k in keys if isinstance(k, ast.Constant))
+    return frozenset(k.value for k in keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
 
 
 def _literal_tables(info: ModuleInfo) -> dict[str, frozenset[str]]:
