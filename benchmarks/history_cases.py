@@ -52,7 +52,7 @@ SEVERITY = {"info": 0, "warning": 1, "error": 2}
 
 
 def _review(repo: Path, rev: str, up: str, base: str, out: Path, python: str | None, config: str | None,
-            rerun: bool) -> tuple[dict | None, float, str]:
+            rerun: bool, allow_unbound: str | None = None) -> tuple[dict | None, float, str]:
     report = out / "report.json"
     if report.is_file() and not rerun:
         return json.loads(report.read_text(encoding="utf-8")), 0.0, "kept"
@@ -63,6 +63,8 @@ def _review(repo: Path, rev: str, up: str, base: str, out: Path, python: str | N
         cmd += ["--python", python]
     if config:
         cmd += ["--config", config]
+    if allow_unbound:
+        cmd += ["--allow-unbound", allow_unbound]
     t0 = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "CI": "1"})
     wall = time.monotonic() - t0
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slack", type=int, default=2)
     ap.add_argument("--rerun", action="store_true")
     ap.add_argument("--table", type=Path)
+    ap.add_argument("--allow-unbound", help="PKG[,PKG] passed to each review: pinned kernel packages without a public base")
     args = ap.parse_args(argv)
     spec = json.loads(Path(args.cases).read_text(encoding="utf-8"))
     repo, config = Path(spec["repo"]), spec.get("config")
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             if key in reviews:
                 continue
             out = args.out / f"{case['upstream']}-{case['base']}" / rev.replace("^", "-parent")
-            got, wall, how = _review(repo, rev, case["upstream"], case["base"], out, args.python, config, args.rerun)
+            got, wall, how = _review(repo, rev, case["upstream"], case["base"], out, args.python, config, args.rerun, args.allow_unbound)
             reviews[key] = got
             print(f"{rev} vllm {case['upstream']}/{case['base']}: {how}, {wall:.1f} s", file=sys.stderr, flush=True)
     rows = [judge(c, reviews.get(f"{c['fix']}^@{c['upstream']}"), reviews.get(f"{c['fix']}@{c['upstream']}"), args.slack) for c in cases]

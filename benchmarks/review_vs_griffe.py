@@ -55,6 +55,7 @@ def main() -> int:
                     help="the file the staged one-file change edits")
     ap.add_argument("--reference-tree", default=None, help="another metax-audit source tree to time cold, for comparison")
     ap.add_argument("--base", default=None, help="--base of the reviews (the release the port was last synced to)")
+    ap.add_argument("--allow-unbound", default=None, help="--allow-unbound of the reviews (pinned kernel packages with no public base)")
     ap.add_argument("--no-bytecode-cache", action="store_true", help="leave PYTHONDONTWRITEBYTECODE as it is")
     ap.add_argument("--rows", default="griffe,review_cold,review_warm,staged_one_file,reference_cold",
                     help="which measurements to run (griffe always runs: the ratios divide by it)")
@@ -68,6 +69,8 @@ def main() -> int:
         review += ["--python", args.python]
     if args.base:
         review += ["--base", args.base]
+    if args.allow_unbound:
+        review += ["--allow-unbound", args.allow_unbound]
     griffe = [_griffe(), "check", args.package, "-a", args.old, "-b", args.rev]
     # The review runs in-process under a tiny wrapper so its own ru_maxrss can be read at exit;
     # RUSAGE_CHILDREN of the probe then gives the largest process of the whole tree.
