@@ -14,7 +14,10 @@ neither needs a download.
 (one unmeasured `review --staged` with nothing changed), each repeat stages a code change of one
 file (`--staged-file`; a new function appended) and runs `review --staged` (compared with HEAD). With
 `--reference-tree DIR` the cold review also runs with DIR first on PYTHONPATH ("reference_cold":
-another build of metax-audit, e.g. a checkout of an earlier commit), in the same interleaved run.
+another build of metax-audit, e.g. a checkout of an earlier commit), in the same interleaved run;
+the rows "reference_warm" and "reference_staged_one_file" (ask for them in `--rows`) time that tree warm
+and staged too, with a cache and a clone of its own primed the same way (a change to the cache itself is
+measured before/after in one run).
 
 Every command runs with Python's bytecode cache on, in a private PYTHONPYCACHEPREFIX primed by the
 unmeasured runs (griffe's too), as an installed tool runs: where PYTHONDONTWRITEBYTECODE is set (this
@@ -97,11 +100,21 @@ def main() -> int:
     staged = [*wrapped[:3], "review", "--staged", *review[6:]]  # review[4:6] is --rev REV
     subprocess.run(staged, cwd=clone, capture_output=True, env={**base_env, "METAX_AUDIT_CACHE": warm_cache})
     ref_env = {**base_env, "PYTHONPATH": os.path.abspath(args.reference_tree)} if args.reference_tree else None
+    wanted = {"griffe", *args.rows.split(",")}
+    ref_cache, ref_clone = tempfile.mkdtemp(prefix="mxa-bench-ref-cache-"), None
+    if ref_env is not None and wanted & {"reference_warm", "reference_staged_one_file"}:
+        subprocess.run(wrapped, cwd=args.repo, capture_output=True, env={**ref_env, "METAX_AUDIT_CACHE": ref_cache})
+        ref_clone = os.path.join(tempfile.mkdtemp(prefix="mxa-bench-ref-clone-"), "port")
+        subprocess.run(["git", "clone", "-q", args.repo, ref_clone], check=True)
+        subprocess.run(["git", "-C", ref_clone, "checkout", "-q", args.rev], check=True)
+        subprocess.run(staged, cwd=ref_clone, capture_output=True, env={**ref_env, "METAX_AUDIT_CACHE": ref_cache})
     plan = [("griffe", griffe, args.repo, base_env), ("review_cold", wrapped, args.repo, base_env),
             ("review_warm", wrapped, args.repo, base_env), ("staged_one_file", staged, clone, base_env)]
     if ref_env is not None:
         plan.append(("reference_cold", wrapped, args.repo, ref_env))
-    wanted = {"griffe", *args.rows.split(",")}
+        plan.append(("reference_warm", wrapped, args.repo, ref_env))
+        if ref_clone is not None:
+            plan.append(("reference_staged_one_file", staged, ref_clone, ref_env))
     plan = [p for p in plan if p[0] in wanted]
     rows = {}
     results: dict[str, tuple[list, list, list, list]] = {}
@@ -110,13 +123,14 @@ def main() -> int:
     for i in range(args.repeat):
         for name, cmd, cwd, env in plan:
             walls, peaks, selfs, codes = results.setdefault(name, ([], [], [], []))
-            cache = tempfile.mkdtemp(prefix="mxa-bench-cold-") if name.endswith("_cold") else warm_cache
-            if name == "staged_one_file":
-                path = os.path.join(clone, args.staged_file)
+            cache = tempfile.mkdtemp(prefix="mxa-bench-cold-") if name.endswith("_cold") else \
+                ref_cache if name.startswith("reference_") else warm_cache
+            if name.endswith("staged_one_file"):
+                path = os.path.join(cwd, args.staged_file)
                 with open(path, "a", encoding="utf-8") as fh:
                     # a code change (a new function), not a comment: the file's chains and checks must be redone
                     fh.write(f"\n\ndef _benchmark_edit_{i}():\n    return {i}\n")
-                subprocess.run(["git", "-C", clone, "add", args.staged_file], check=True)
+                subprocess.run(["git", "-C", cwd, "add", args.staged_file], check=True)
             # ru_maxrss of children is a high-water mark over all children: measure each run in
             # a fresh interpreter so each figure is its own.
             probe = subprocess.run(
@@ -141,12 +155,19 @@ def main() -> int:
                       "peak_rss_mb_largest_process": round(max(peaks) / 1024, 1), "exit_codes": codes}
         if selfs:
             rows[name]["peak_rss_mb_review_process"] = round(max(selfs) / 1024, 1)
-    for name in ("review_cold", "review_warm", "staged_one_file", "reference_cold"):
+    for name in ("review_cold", "review_warm", "staged_one_file", "reference_cold", "reference_warm",
+                 "reference_staged_one_file"):
         if name in rows:
             rows[f"ratio_{name}_over_griffe"] = round(rows[name]["median_s"] / rows["griffe"]["median_s"], 2)
     if "reference_cold" in rows:
         rows["ratio_review_cold_over_reference_cold"] = round(rows["review_cold"]["median_s"] / rows["reference_cold"]["median_s"], 2)
+    for mine, ref in (("review_warm", "reference_warm"), ("staged_one_file", "reference_staged_one_file")):
+        if mine in rows and ref in rows:
+            rows[f"ratio_{mine}_over_{ref}"] = round(rows[mine]["median_s"] / rows[ref]["median_s"], 2)
     shutil.rmtree(warm_cache, ignore_errors=True)
+    shutil.rmtree(ref_cache, ignore_errors=True)
+    if ref_clone is not None:
+        shutil.rmtree(os.path.dirname(ref_clone), ignore_errors=True)
     if pycache is not None:
         shutil.rmtree(pycache, ignore_errors=True)
     shutil.rmtree(os.path.dirname(clone), ignore_errors=True)

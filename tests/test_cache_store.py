@@ -29,7 +29,7 @@ ROOT = Path(metax_audit.__file__).resolve().parents[1]
 
 def _options(repo: Path, **kw: object) -> object:
     from metax_audit import demo as demo_mod
-    from metax_audit.pipeline.review import ReviewOptions
+    from metax_audit.core.options import ReviewOptions
 
     options = ReviewOptions(mode="rev", rev="HEAD", repo=repo, upstream=str(demo_mod.upstream_root()),
                             extra_path=(demo_mod.stack_root(),))
@@ -107,8 +107,8 @@ def test_a_type_outside_the_registry_is_not_kept(audit_cache: Path) -> None:
 
     with pytest.raises(CodecError):
         registry().dumps([Stranger()])
-    resultcache.store("review", "k", (1, Stranger()))
-    assert resultcache.load("review", "k") is None and not list(audit_cache.glob("results/review/*"))
+    resultcache.store(Key(Kind("review"), "k"), (1, Stranger()))
+    assert resultcache.load(Key(Kind("review"), "k")) is None and not list(audit_cache.glob("results/review/*"))
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,7 +143,7 @@ def _store() -> object:
 def _entry(audit_cache: Path, kind: str = "review", value: object = ("root", [1, 2.5, None, "x"])) -> Path:
     from metax_audit.cache import resultcache
 
-    resultcache.store(kind, "entry", value)
+    resultcache.store(Key(Kind(kind), "entry"), value)
     return audit_cache / "results" / kind / "entry.entry"
 
 
@@ -169,7 +169,7 @@ def test_any_flipped_bytes_reject_the_entry(audit_cache: Path, offset: int, flip
             data[at + i] ^= x
     path.write_bytes(bytes(data))
     before = rejected()
-    assert resultcache.load("review", "entry") is None
+    assert resultcache.load(Key(Kind("review"), "entry")) is None
     assert rejected() == before + 1
 
 
@@ -184,7 +184,7 @@ def test_garbage_truncated_and_empty_entries_are_rejected(audit_cache: Path, con
     for data in (content, whole[: len(whole) // 2], whole[:-1]):
         path.write_bytes(data)
         before = rejected()
-        assert resultcache.load("review", "entry") is None
+        assert resultcache.load(Key(Kind("review"), "entry")) is None
         assert rejected() == before + 1
 
 
@@ -195,10 +195,10 @@ def test_an_entry_of_another_kind_or_version_is_rejected(audit_cache: Path) -> N
     other = audit_cache / "results" / "compare" / "entry.entry"
     other.parent.mkdir(parents=True)
     shutil.copy(path, other)
-    assert resultcache.load("compare", "entry") is None  # the header names the kind it was written as
+    assert resultcache.load(Key(Kind("compare"), "entry")) is None  # the header names the kind it was written as
     head, _, payload = path.read_bytes().partition(b"\n")
     path.write_bytes(head.replace(b" " + SCHEMA.encode() + b" ", b" v1 ", 1) + b"\n" + payload)
-    assert resultcache.load("review", "entry") is None
+    assert resultcache.load(Key(Kind("review"), "entry")) is None
 
 
 def test_links_fifos_and_folders_in_place_of_an_entry_are_rejected_at_once(audit_cache: Path, tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_links_fifos_and_folders_in_place_of_an_entry_are_rejected_at_once(audit
             path.unlink()
         make()
         before = rejected()
-        assert resultcache.load("review", "entry") is None
+        assert resultcache.load(Key(Kind("review"), "entry")) is None
         assert rejected() == before + 1
     # the kind folder itself a link out of the cache: nothing is read through it, nothing written
     path.rmdir()
@@ -226,8 +226,8 @@ def test_links_fifos_and_folders_in_place_of_an_entry_are_rejected_at_once(audit
     (tmp_path / "elsewhere").mkdir()
     shutil.copy(outside, tmp_path / "elsewhere" / "entry.entry")
     folder.symlink_to(tmp_path / "elsewhere")
-    assert resultcache.load("review", "entry") is None
-    resultcache.store("review", "other", ("x",))
+    assert resultcache.load(Key(Kind("review"), "entry")) is None
+    resultcache.store(Key(Kind("review"), "other"), ("x",))
     assert not (tmp_path / "elsewhere" / "other.entry").exists()
 
 
@@ -245,8 +245,21 @@ def test_a_pickle_in_the_cache_is_never_loaded(audit_cache: Path, tmp_path: Path
     folder.mkdir(parents=True)
     (folder / "entry.pickle").write_bytes(bomb)  # where the pickle store kept it
     (folder / "entry.entry").write_bytes(bomb)
-    assert resultcache.load("review", "entry") is None
+    assert resultcache.load(Key(Kind("review"), "entry")) is None
     assert not marker.exists()
+
+
+def test_an_entry_of_the_wrong_shape_is_rejected(audit_cache: Path) -> None:
+    from metax_audit.cache import resultcache
+
+    for kind in Kind:  # a well-formed entry holding what no entry of its kind holds
+        store = _store()
+        key = Key(kind, "shape")
+        path = audit_cache / "results" / kind.value / "shape.entry"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(store.encode(key, 12345))  # type: ignore[attr-defined]
+        before = rejected()
+        assert resultcache.load(key) is None and rejected() == before + 1, kind
 
 
 def test_update_merges_under_a_lock(audit_cache: Path) -> None:
@@ -326,7 +339,7 @@ _REVIEW = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from metax_audit import demo
-    from metax_audit.pipeline.review import ReviewOptions
+    from metax_audit.core.options import ReviewOptions
     from metax_audit.pipeline.review import review
     r = review(ReviewOptions(mode="rev", rev="HEAD", repo=Path(sys.argv[1]), upstream=str(demo.upstream_root()),
                              extra_path=(demo.stack_root(),))).report

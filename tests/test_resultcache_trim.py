@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from metax_audit.cache import resultcache
+from metax_audit.cache.store import Key, Kind
 
 
 def _entry(kind: str, name: str, size: int, age_s: float) -> Path:
-    resultcache.store(kind, name, "x" * size)
+    resultcache.store(Key(Kind(kind), name), ["x" * size] if kind == "trace-unit" else ("x" * size,))  # each kind's shape
     path = resultcache.results_dir() / kind / f"{name}.entry"
     then = time.time() - age_s
     os.utime(path, (then, then))
@@ -23,7 +24,7 @@ def test_the_least_recently_used_entries_go_first(audit_cache: Path) -> None:
     old = _entry("compare", "old", 4000, 3000)
     read = _entry("trace-unit", "read", 4000, 2000)
     new = _entry("review", "new", 4000, 10)
-    assert resultcache.load("trace-unit", "read") == "x" * 4000  # reading it makes it recent
+    assert resultcache.load(Key(Kind.TRACE_UNIT, "read")) == ["x" * 4000]  # reading it makes it recent
     freed = resultcache.trim(limit_bytes=11_000, every_s=0)  # 3 x ~4 kB: over; 80% of it keeps two
     assert not old.exists() and read.exists() and new.exists()
     assert freed >= 4000

@@ -106,8 +106,14 @@ def file_digest(path: Path | None) -> str:
         return "unreadable"
 
 
-def key(*parts: Any) -> str:
+def digest(*parts: Any) -> str:
+    """sha256 of `parts` (JSON, other values by their str) and the tool: a part of a key that names many inputs."""
     return hashlib.sha256(json.dumps([CACHE_SCHEMA, tool_identity(), *parts], sort_keys=True, default=str).encode()).hexdigest()[:40]
+
+
+def key(kind: Kind, *parts: Any) -> Key:
+    """The typed key of an entry of `kind` computed from `parts` by this tool (cache/store.py)."""
+    return STORE.key(kind, *parts)
 
 
 def _store() -> Store:
@@ -119,9 +125,9 @@ def _store() -> Store:
 STORE = _store()
 
 
-def load(kind: str, entry: str) -> Any | None:
-    """The value kept under `entry` of `kind`, None when there is none or it was rejected (cache/store.py)."""
-    return STORE.get(Key(Kind(kind), entry))
+def load(entry: Key) -> Any | None:
+    """The value kept under `entry`, None when there is none or it was rejected (cache/store.py)."""
+    return STORE.get(entry)
 
 
 # ---------------------------------------------------------------- units kept with what they read
@@ -129,11 +135,11 @@ def load(kind: str, entry: str) -> Any | None:
 UNIT_KEEP = 4  # entries per unit key: HEAD and the staged state alternate in a pre-commit loop
 
 
-def find_unit(kind: str, entry: str, root: str, state: Callable[[str, str], Any]) -> tuple[list[Any], tuple[Any] | None]:
+def find_unit(entry: Key, root: str, state: Callable[[str, str], Any]) -> tuple[list[Any], tuple[Any] | None]:
     """The entries stored under `entry` (each: the snapshot root it names or None, its reads as
     (kind, name) -> state, its value) and, as a 1-tuple, the value of the first whose every read has
     the same state now (`state(kind, name)`), rebased to this snapshot's `root`; None when none holds."""
-    stored = load(kind, entry)
+    stored = load(entry)
     entries = [e for e in stored if isinstance(e, tuple) and len(e) == 3] if isinstance(stored, list) else []
     for old_root, reads, value in entries:
         if all(state(k, name) == then for (k, name), then in reads.items()):
@@ -141,12 +147,12 @@ def find_unit(kind: str, entry: str, root: str, state: Callable[[str, str], Any]
     return entries, None
 
 
-def keep_unit(kind: str, entry: str, root: str, reads: dict[tuple[str, str], Any], value: Any, entries: list[Any]) -> None:
+def keep_unit(entry: Key, root: str, reads: dict[tuple[str, str], Any], value: Any, entries: list[Any]) -> None:
     """Store `value` with the state of what it read, ahead of up to UNIT_KEEP - 1 entries of other states;
     the snapshot root is kept only when the value names it (then it is rebased when served)."""
     kept = [e for e in entries if e[1] != reads][: UNIT_KEEP - 1]
     names_root = names(value, root)
-    store(kind, entry, [(root if names_root else None, reads, value), *kept])
+    store(entry, [(root if names_root else None, reads, value), *kept])
 
 
 def names(value: Any, text: str) -> bool:
@@ -175,7 +181,7 @@ class FileProducts:
     under the file's path and text plus `common` (what else they read: tool, settings), all in one
     entry: one load per review instead of one per file. Disabled (--no-cache), get() always computes."""
 
-    def __init__(self, kind: str, *common: Any, enabled: bool = True) -> None:
+    def __init__(self, kind: Kind, *common: Any, enabled: bool = True) -> None:
         self.kind = kind
         self.entry = key(kind, *common) if enabled else None
         self._stored: dict[tuple[str, str], Any] | None = None
@@ -191,7 +197,7 @@ class FileProducts:
         if name in self._used:
             return self._used[name]
         if self._stored is None:
-            stored = load(self.kind, self.entry)
+            stored = load(self.entry)
             self._stored = stored if isinstance(stored, dict) else {}
         if name in self._stored:
             value = self._stored[name]
@@ -207,7 +213,7 @@ class FileProducts:
         if self.entry is None or not self._fresh:
             return
         older = [(k, v) for k, v in (self._stored or {}).items() if k not in self._used][: max(len(self._used), 64)]
-        store(self.kind, self.entry, {**self._used, **dict(older)})
+        store(self.entry, {**self._used, **dict(older)})
         self._stored, self._fresh = {**(self._stored or {}), **self._used}, 0
 
 
@@ -261,9 +267,9 @@ def trim(limit_bytes: int | None = None, every_s: float = TRIM_EVERY_S) -> int:
     return freed
 
 
-def store(kind: str, entry: str, value: Any) -> None:
+def store(entry: Key, value: Any) -> None:
     """Keep `value` (atomically, as checksummed data); failure to write is not an error."""
-    STORE.put(Key(Kind(kind), entry), value)
+    STORE.put(entry, value)
 
 
 def options_identity(paths: Sequence[str], config_file: Path | None, static_roots: Sequence[Path],

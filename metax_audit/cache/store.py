@@ -69,12 +69,34 @@ class Kind(enum.Enum):
     OP_TABLE_NATIVE = "op-table-native"  # op registrations in C++/CUDA files
 
 
+# What an entry of each kind holds at its top (a record by its class name: the cache imports no stage);
+# the callers check what is inside as they use it. Anything else is a rejected entry ("wrong shape").
+SHAPES: Final[dict[Kind, type | tuple[type, ...] | str]] = {
+    Kind.REVIEW: tuple, Kind.REVIEW_DISCOVERY: tuple, Kind.REVISION: "RevisionEntry", Kind.REACHED: tuple,
+    Kind.DISCOVERY: tuple, Kind.COMPARE: tuple, Kind.COMPARE_FACTS: tuple, Kind.COMPARE_PARTS: (tuple, dict),
+    Kind.CHECKS_FILE: dict, Kind.BINDING_FILE: dict, Kind.UPSTREAM_CALLS: tuple, Kind.CONTRACTS: "Contracts",
+    Kind.TRACE_UNIT: list, Kind.DATAFLOW_UNIT: list, Kind.DATAFLOW_SCOPE: dict, Kind.DISCOVER_PARSED: dict,
+    Kind.DISCOVER_IMPORTS: dict, Kind.DISCOVER_REGISTRATIONS: dict, Kind.DISCOVER_BINDINGS: dict,
+    Kind.DISCOVER_PRIORITIES: dict, Kind.DISCOVER_SWITCHES: dict, Kind.DISCOVER_COMPILED: dict,
+    Kind.INTROSPECT_IMPORTS: dict, Kind.OP_TABLE_PYTHON: dict, Kind.OP_TABLE_NATIVE: dict,
+}
+
+
+def has_shape(kind: Kind, value: Any) -> bool:
+    shape = SHAPES[kind]
+    return type(value).__qualname__ == shape if isinstance(shape, str) else isinstance(value, shape)
+
+
 @dataclass(frozen=True)
 class Key:
     """Where an entry lives: its kind and the digest of everything it depends on (the tool included)."""
 
     kind: Kind
     digest: str
+
+    def beside(self, kind: Kind) -> Key:
+        """The entry of another kind about the same inputs (a review's discovery beside the review)."""
+        return Key(kind, self.digest)
 
 
 def digest(tool: str, kind: Kind, parts: tuple[Any, ...]) -> Key:
@@ -147,10 +169,14 @@ class Store:
         if raw is None:
             return None
         try:
-            return self._registry().loads(self._payload(key, raw))
+            value = self._registry().loads(self._payload(key, raw))
         except CodecError as exc:
             STATS.reject(str(exc).split(":")[0][:60])
             return None
+        if not has_shape(key.kind, value):
+            STATS.reject("wrong shape")
+            return None
+        return value
 
     def _payload(self, key: Key, raw: bytes) -> bytes:
         head, sep, payload = raw.partition(b"\n")

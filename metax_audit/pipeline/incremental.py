@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.cache import resultcache
+from metax_audit.cache.store import Key, Kind
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
@@ -63,8 +64,8 @@ def revision_commit(repo: Path | None, rev: str) -> tuple[Path, str] | None:
     return (top, sha) if sha else None
 
 
-def _memo_key(commit: str, only: tuple[str, ...], config_file: Path | None) -> str:
-    return resultcache.key("revision", commit, list(only), resultcache.file_digest(config_file) if config_file else None)
+def _memo_key(commit: str, only: tuple[str, ...], config_file: Path | None) -> Key:
+    return resultcache.key(Kind.REVISION, commit, list(only), resultcache.file_digest(config_file) if config_file else None)
 
 
 def remember_revision(commit: str, only: tuple[str, ...], config_file: Path | None, root: Path, digest: str,
@@ -74,14 +75,14 @@ def remember_revision(commit: str, only: tuple[str, ...], config_file: Path | No
     if config.waivers:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             waivers = (root / config.waivers).read_text(encoding="utf-8")
-    resultcache.store("revision", _memo_key(commit, only, config_file), RevisionEntry(digest, config, waivers))
+    resultcache.store(_memo_key(commit, only, config_file), RevisionEntry(digest, config, waivers))
 
 
 def revision_entry(commit: str, only: tuple[str, ...], config_file: Path | None,
                    explicit_waivers: Path | None) -> RevisionEntry | None:
     """The memo of `commit`, or None: also when the config names a waivers file the revision lacks
     (the review itself says what that means)."""
-    hit = resultcache.load("revision", _memo_key(commit, only, config_file))
+    hit = resultcache.load(_memo_key(commit, only, config_file))
     if not isinstance(hit, RevisionEntry):
         return None
     if explicit_waivers is None and hit.config.waivers and hit.waivers_text is None:
@@ -112,35 +113,35 @@ def waivers_file(entry: RevisionEntry, explicit: Path | None) -> Iterator[Path |
 # ---------------------------------------------------------------- compare ahead
 
 
-def _reached_key(repo: str, package: str, paths: tuple[str, ...]) -> str:
-    return resultcache.key("reached", repo, package, sorted(paths))
+def _reached_key(repo: str, package: str, paths: tuple[str, ...]) -> Key:
+    return resultcache.key(Kind.REACHED, repo, package, sorted(paths))
 
 
-def keep_discovery_of_review(entry: str, repo: str, package: str, paths: tuple[str, ...]) -> None:
+def keep_discovery_of_review(entry: Key, repo: str, package: str, paths: tuple[str, ...]) -> None:
     """Keep the discovery this review ended with (just remembered for `repo` by CompareAhead.take) under
     the review's result-cache entry too: a later review served whole from that entry, in another clone
     or after another change, hands it on to its repository (served_discovery)."""
     remember = _reached_key(repo, package, paths)
-    reached, kept = resultcache.load("reached", remember), resultcache.load("discovery", remember)
+    reached, kept = resultcache.load(remember), resultcache.load(remember.beside(Kind.DISCOVERY))
     if isinstance(reached, tuple) and isinstance(kept, tuple):
-        resultcache.store("review-discovery", entry, (reached, kept))
+        resultcache.store(entry.beside(Kind.REVIEW_DISCOVERY), (reached, kept))
 
 
-def served_discovery(entry: str, repo: str, package: str, paths: tuple[str, ...]) -> None:
+def served_discovery(entry: Key, repo: str, package: str, paths: tuple[str, ...]) -> None:
     """A review served whole: the discovery its computed review ended with becomes `repo`'s last one, so
     the next change-focused review of this repository starts its compare (and what runs during the trace)
     on it, as it would after a computed review (start_compare_early, start_compare)."""
-    kept = resultcache.load("review-discovery", entry)
+    kept = resultcache.load(entry.beside(Kind.REVIEW_DISCOVERY))
     if isinstance(kept, tuple) and len(kept) == 2:
         remember = _reached_key(repo, package, paths)
-        resultcache.store("reached", remember, kept[0])
-        resultcache.store("discovery", remember, kept[1])
+        resultcache.store(remember, kept[0])
+        resultcache.store(remember.beside(Kind.DISCOVERY), kept[1])
 
 
 class CompareAhead:
     """The compare stage of the predicted widened discovery, computed in a forked child."""
 
-    def __init__(self, predicted: Discovery | None, child: Forked[_CompareResult] | None, remember: str | None,
+    def __init__(self, predicted: Discovery | None, child: Forked[_CompareResult] | None, remember: Key | None,
                  inputs: tuple[UpstreamInfo | None, UpstreamInfo | None] | None = None) -> None:
         self._predicted = predicted
         self._child = child
@@ -165,8 +166,8 @@ class CompareAhead:
         compared, else None; remembers the files this trace reached (and the discovery) for the next review."""
         if self._remember is not None:
             reached = tuple(sorted(f.path for f in widened.files if f.reason == "reached-by-trace"))
-            resultcache.store("reached", self._remember, reached)
-            resultcache.store("discovery", self._remember, (str(widened.root), widened))
+            resultcache.store(self._remember, reached)
+            resultcache.store(self._remember.beside(Kind.DISCOVERY), (str(widened.root), widened))
         child, self._child = self._child, None
         if child is None:
             return None
@@ -208,7 +209,7 @@ def start_compare_early(fork: Callable[[Callable[[], _CompareResult]], Forked[_C
     if not use_cache or upstream is None:
         return None
     remember = _reached_key(repo, config.port_package, paths)
-    kept = resultcache.load("discovery", remember)
+    kept = resultcache.load(remember.beside(Kind.DISCOVERY))
     if not (isinstance(kept, tuple) and len(kept) == 2 and isinstance(kept[0], str)):
         return None
     predicted = resultcache.rebase(kept[1], kept[0], str(root))
@@ -234,7 +235,7 @@ def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_Compare
             early.close()
         return CompareAhead(None, None, None)
     remember = _reached_key(repo, config.port_package, paths)
-    reached = resultcache.load("reached", remember)
+    reached = resultcache.load(remember)
     if not isinstance(reached, tuple):
         if early is not None:
             early.close()

@@ -342,17 +342,18 @@ def kept_project_contracts(*, use_cache: bool = True) -> Contracts | None:
     import hashlib
 
     from metax_audit.cache import resultcache
+    from metax_audit.cache.store import Kind
 
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return contracts_mod.load_contracts(path)  # says why in its own words
-    entry = resultcache.key("contracts", path.name, hashlib.sha256(text.encode()).hexdigest())
-    kept = resultcache.load("contracts", entry)
+    entry = resultcache.key(Kind.CONTRACTS, path.name, hashlib.sha256(text.encode()).hexdigest())
+    kept = resultcache.load(entry)
     if isinstance(kept, contracts_mod.Contracts):
         return kept
     parsed = contracts_mod.parse_contracts(text, path.name)
-    resultcache.store("contracts", entry, parsed)
+    resultcache.store(entry, parsed)
     return parsed
 
 

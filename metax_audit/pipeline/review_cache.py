@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metax_audit.cache.store import Key, Kind
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.models import AuditReport, SnapshotInfo, StageRecord, UpstreamInfo
 from metax_audit.core.progress import Progress
@@ -26,7 +27,7 @@ def cacheable(options: ReviewOptions) -> bool:
 
 
 def result_key(digest: str, config: AuditConfig, options: ReviewOptions, progress: Progress,
-               commit: Commit) -> str | None:
+               commit: Commit) -> Key | None:
     """The result-cache key of the review of a snapshot whose export has this tree digest (resultcache.py),
     None when the stack cannot be identified."""
     from metax_audit.cache import resultcache
@@ -40,7 +41,7 @@ def result_key(digest: str, config: AuditConfig, options: ReviewOptions, progres
         stack = stack_identity(options.python, tuple(options.extra_path))
         if stack is None:
             return None
-    return resultcache.key("review", digest, resultcache.upstream_identity(upstream),
+    return resultcache.key(Kind.REVIEW, digest, resultcache.upstream_identity(upstream),
                            resultcache.upstream_identity(base),
                            resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack),
                            *([repr(options.config)] if options.config is not None else []))
@@ -59,12 +60,12 @@ def upstream_and_base(config: AuditConfig, options: ReviewOptions, progress: Pro
     return upstream, base_release(commit, config, options, upstream)[0] if upstream else None
 
 
-def served_from_cache(entry: str | None, snap: SnapshotInfo, stages_so_far: Sequence[StageRecord], started: float,
+def served_from_cache(entry: Key | None, snap: SnapshotInfo, stages_so_far: Sequence[StageRecord], started: float,
                       ) -> AuditReport | None:
     """The cached review of identical inputs, as a report of this snapshot."""
     from metax_audit.cache import resultcache
 
-    hit = resultcache.load("review", entry) if entry is not None else None
+    hit = resultcache.load(entry) if entry is not None else None
     if not (isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
         return None
     old_root, report = hit
@@ -96,7 +97,7 @@ def served_revision(options: ReviewOptions, progress: Progress) -> AuditReport |
         if memo and found else None
     if memo and options.config is not None and memo.config != options.config:
         return None  # reviewed under the subject's config, not the one the revision holds: computed afresh
-    hit = resultcache.load("review", entry) if memo and entry else None
+    hit = resultcache.load(entry) if memo and entry else None
     if not (memo and isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
         return None
     with incremental.waivers_file(memo, options.waivers) as path:
@@ -105,7 +106,7 @@ def served_revision(options: ReviewOptions, progress: Progress) -> AuditReport |
 
 
 def entry_for(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, progress: Progress,
-              export: tuple[str, ...]) -> str | None:
+              export: tuple[str, ...]) -> Key | None:
     """The result-cache key of this review (None when it must run afresh); a revision's review is also
     remembered in the revision memo by what the snapshot exported."""
     if not cacheable(options):
@@ -121,7 +122,7 @@ def entry_for(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, p
     return entry
 
 
-def store(entry: str, snap: SnapshotInfo, report: AuditReport) -> None:
+def store(entry: Key, snap: SnapshotInfo, report: AuditReport) -> None:
     from metax_audit.cache import resultcache
 
-    resultcache.store("review", entry, (str(snap.root), report))
+    resultcache.store(entry, (str(snap.root), report))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from metax_audit.cache.store import Kind
 from metax_audit.core.models import CallSite, Discovery, Finding, StackFacts, TraceResult, Unresolved
 from metax_audit.core.pysource import module_name
 
@@ -92,7 +93,7 @@ def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, use_cache: b
     from metax_audit.stages.checks.attributes import check_attributes
     from metax_audit.stages.checks.imports import check_port_imports, check_type_checking_names
 
-    memo = FileMemo(discovery.root, enabled=use_cache, kind="binding-file")
+    memo = FileMemo(discovery.root, enabled=use_cache, kind=Kind.BINDING_FILE)
     units = None
     if memo_common is not None:
         from metax_audit.stages.trace.memo import TraceMemo

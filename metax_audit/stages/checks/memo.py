@@ -17,20 +17,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from metax_audit.cache import resultcache
+from metax_audit.cache.store import Key, Kind
 
 T = TypeVar("T")
-KIND = "checks-file"
 
 
 class FileMemo:
-    def __init__(self, root: Path, *, enabled: bool = True, kind: str = KIND) -> None:
+    def __init__(self, root: Path, *, enabled: bool = True, kind: Kind = Kind.CHECKS_FILE) -> None:
         self.root = root  # the snapshot; a unit may also be about a file of another tree (upstream's)
         self.enabled = enabled
         # A process of its own (the forked binding checks) keeps its records under another kind: two
         # writers of one record would each drop the other's units.
         self.kind = kind
         self._records: dict[Path, dict[Hashable, Any]] = {}
-        self._entries: dict[Path, str] = {}
+        self._entries: dict[Path, Key] = {}
         self._digests: dict[Path, str] = {}
         self._dirty: set[Path] = set()
         self._fresh: set[tuple[Path, tuple[Hashable, ...]]] = set()
@@ -46,7 +46,7 @@ class FileMemo:
         record = self._records.get(full)
         if record is None:
             entry = self._entries[full] = resultcache.key(self.kind, path, self.digest(full))
-            loaded = resultcache.load(self.kind, entry)
+            loaded = resultcache.load(entry)
             record = self._records[full] = loaded if isinstance(loaded, dict) else {}
         if unit in record:
             if (full, unit) not in self._fresh:  # asked again in this review is not "reused"
@@ -68,7 +68,7 @@ class FileMemo:
     def save(self) -> None:
         """Write the records that gained a unit in this review (each once)."""
         for full in sorted(self._dirty):
-            resultcache.store(self.kind, self._entries[full], self._records[full])
+            resultcache.store(self._entries[full], self._records[full])
         self._dirty.clear()
 
     def describe(self) -> str:

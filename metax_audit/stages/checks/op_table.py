@@ -197,9 +197,10 @@ def build_table(root: Path, port_package: str, native_prefixes: Iterable[str], u
     `use_cache`, what each port source registers is kept in the result cache under its text (parsing the
     registration calls of the port's modules and C++ files was 0.1 s a review)."""
     from metax_audit.cache.resultcache import FileProducts
+    from metax_audit.cache.store import Kind
 
-    python_products = FileProducts("op-table-python", sys.version, enabled=use_cache)
-    native_products = FileProducts("op-table-native", enabled=use_cache)
+    python_products = FileProducts(Kind.OP_TABLE_PYTHON, sys.version, enabled=use_cache)
+    native_products = FileProducts(Kind.OP_TABLE_NATIVE, enabled=use_cache)
     macro: dict[str, OpRegistration] = {}
     read: list[str] = []
     up_regs: list[OpRegistration] = []

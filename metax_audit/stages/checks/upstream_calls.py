@@ -27,12 +27,13 @@ def upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None,
     up_config = replace(config, port_package=config.upstream_package)
     # They depend on the upstream release, the counterparts and the config only: cached per upstream.
     from metax_audit.cache import resultcache
+    from metax_audit.cache.store import Kind
 
-    entry = resultcache.key("upstream-calls", resultcache.upstream_identity(upstream), [f.path for f in files], repr(up_config))
-    cached = resultcache.load("upstream-calls", entry) if use_cache else None
+    entry = resultcache.key(Kind.UPSTREAM_CALLS, resultcache.upstream_identity(upstream), [f.path for f in files], repr(up_config))
+    cached = resultcache.load(entry) if use_cache else None
     if isinstance(cached, tuple):
         return cached
     calls = tuple(trace_backends(up_discovery, up_config, None).calls)
     if use_cache:
-        resultcache.store("upstream-calls", entry, calls)
+        resultcache.store(entry, calls)
     return calls

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from metax_audit.cache.resultcache import digest as digest_of
 from metax_audit.cache.resultcache import file_digest, key, load, store, upstream_identity
+from metax_audit.cache.store import Kind
 from metax_audit.core.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
 
 if TYPE_CHECKING:
@@ -50,8 +52,8 @@ def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: 
     from metax_audit.stages.compare import file_facts
 
     digest = digests[path] = digests.get(path) or file_digest(root / path)
-    entry = key("compare-facts", path, digest, config.max_file_bytes, config.port_package, sys.version_info[:2])
-    kept = load("compare-facts", entry)
+    entry = key(Kind.COMPARE_FACTS, path, digest, config.max_file_bytes, config.port_package, sys.version_info[:2])
+    kept = load(entry)
     if isinstance(kept, tuple) and len(kept) == 3:
         return kept
     src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
@@ -62,7 +64,7 @@ def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: 
     else:
         candidates = _import_candidates(path, text, config.port_package)
     facts = (*file_facts(src.tree, config.port_package), candidates)
-    store("compare-facts", entry, facts)
+    store(entry, facts)
     return facts
 
 
@@ -87,7 +89,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
 
     scope = frozenset(module_of(f.path) for f in discovery.files)
     # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
-    common = key("compare-common", sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base))
+    common = digest_of("compare-common", sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base))
     regs: dict[str, list[str]] = {}
     for r in discovery.registrations:
         for path in {r.location.path, r.resolved_path or ""}:
@@ -97,12 +99,12 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     digests: dict[str, str] = {}
     facts = {f.path: _file_facts(discovery.root, config, digests, f.path) for f in discovery.files} if use_cache else {}
     deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if use_cache else {}
-    keys = {f.path: key("compare-file", f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
+    keys = {f.path: key(Kind.COMPARE, f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
                         deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
             for f in discovery.files} if use_cache else {}
     hits: dict[str, Any] = {}
     for path, entry in keys.items():
-        value = load("compare", entry)
+        value = load(entry)
         if isinstance(value, tuple) and len(value) == 3:
             hits[path] = value
     missing = tuple(f for f in discovery.files if f.path not in hits)
@@ -112,8 +114,8 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     if missing or not discovery.files:
         from dataclasses import replace
 
-        kept = KeptStore(lambda parts: load("compare-parts", key("compare-parts", common, parts)),
-                         lambda parts, value: store("compare-parts", key("compare-parts", common, parts), value)) if use_cache else None
+        kept = KeptStore(lambda parts: load(key(Kind.COMPARE_PARTS, common, parts)),
+                         lambda parts, value: store(key(Kind.COMPARE_PARTS, common, parts), value)) if use_cache else None
         comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
@@ -132,7 +134,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
             fresh[x.location.path][2].append(x)
         if use_cache:
             for path, value in fresh.items():
-                store("compare", keys[path], value)
+                store(keys[path], value)
     files: list[FileComparison] = []
     drift: list[Difference] = []
     findings: list[Finding] = []

@@ -75,7 +75,6 @@ def _probe(conv: Convention, probe: str) -> ProbeRequest | None:
     return None
 
 
-SCOPE_KIND = "dataflow-scope"
 
 
 @dataclass(frozen=True)
@@ -149,9 +148,10 @@ class Analysis:
         if not self._scope_cached:
             return [scope_entry(self.module(p)) for p in self._scope_paths]
         from metax_audit.cache.resultcache import FileProducts
+        from metax_audit.cache.store import Kind
 
         # a file's entry is a function of its bytes (its module name is its path), parsed by this interpreter
-        products = FileProducts(SCOPE_KIND, self.port, sys.version)
+        products = FileProducts(Kind.DATAFLOW_SCOPE, self.port, sys.version)
         out = []
         for p in self._scope_paths:
             try:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-KIND = "dataflow-unit"
 T = TypeVar("T")
 
 
@@ -56,9 +55,11 @@ class DataflowMemo:
 
         if not self.use_cache:
             return compute()
-        entry = resultcache.key(KIND, *self.common, path)
+        from metax_audit.cache.store import Kind
+
+        entry = resultcache.key(Kind.DATAFLOW_UNIT, *self.common, path)
         root = str(self.an.root)
-        entries, hit = resultcache.find_unit(KIND, entry, root, self._state)
+        entries, hit = resultcache.find_unit(entry, root, self._state)
         if hit is not None:
             self.served += 1
             served: T = hit[0]
@@ -72,7 +73,7 @@ class DataflowMemo:
         reads = {**{("file", p): self._state("file", p) for p in sorted(log.files | {path})},
                  **{("method", m): self._state("method", m) for m in sorted(log.methods)},
                  **{("ctor", n): self._state("ctor", n) for n in sorted(log.ctor_names)}}
-        resultcache.keep_unit(KIND, entry, root, reads, value, entries)
+        resultcache.keep_unit(entry, root, reads, value, entries)
         return value
 
     def _state(self, kind: str, name: str) -> Any:

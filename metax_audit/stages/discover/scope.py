@@ -112,8 +112,9 @@ class _Sources:
         products = self._products.get(kind)
         if products is None:
             from metax_audit.cache.resultcache import FileProducts
+            from metax_audit.cache.store import Kind
 
-            products = self._products[kind] = FileProducts(f"discover-{kind}", sys.version, enabled=self.use_cache)
+            products = self._products[kind] = FileProducts(Kind(f"discover-{kind}"), sys.version, enabled=self.use_cache)
         return cast(_T, products.get(rel, text, lambda: compute(rel, text)))
 
     def save(self) -> None:

@@ -129,8 +129,9 @@ def stack_targets(discovery: Discovery, trace: TraceResult, packages: Sequence[s
     paths = [f.path for f in discovery.files if f.parse_error is None]
     if use_cache:
         from metax_audit.cache.resultcache import FileProducts
+        from metax_audit.cache.store import Kind
 
-        products = FileProducts("introspect-imports", sorted(packages))
+        products = FileProducts(Kind.INTROSPECT_IMPORTS, sorted(packages))
         found = sorted((i for p in paths for i in _file_imports(discovery.root, p, packages, products)),
                        key=lambda i: (i.path, i.line))
         products.save()

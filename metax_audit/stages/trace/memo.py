@@ -23,7 +23,6 @@ from metax_audit.cache.resultcache import content_state
 from metax_audit.stages.trace.modules import ModuleIndex, ReadLog, Skip
 
 T = TypeVar("T")
-KIND = "trace-unit"
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,11 @@ class TraceMemo:
         """The unit's value: stored when every port name and folder it read is unchanged, else computed
         (with the index's read log on) and stored with the state of what it read."""
         from metax_audit.cache import resultcache
+        from metax_audit.cache.store import Kind
 
-        entry = resultcache.key(KIND, *self.common, *parts) if self.use_cache else ""
+        entry = resultcache.key(Kind.TRACE_UNIT, *self.common, *parts) if self.use_cache else None
         root = str(self.index.port_root)
-        entries, hit = resultcache.find_unit(KIND, entry, root, self._state) if self.use_cache else ([], None)
+        entries, hit = resultcache.find_unit(entry, root, self._state) if entry is not None else ([], None)
         if hit is not None:
             self.count.served[parts[0]] = self.count.served.get(parts[0], 0) + 1
             served: tuple[T, UnitResult] = hit[0]
@@ -84,10 +84,10 @@ class TraceMemo:
         # the skipped files a unit met are what the index logged (a unit computes its files and walk only)
         result = UnitResult(result.files, result.walked, tuple(sorted(log.skips.values(), key=lambda s: s.path)))
         self.count.computed[parts[0]] = self.count.computed.get(parts[0], 0) + 1
-        if self.use_cache:
+        if entry is not None:
             reads = {**{("name", n): self._state("name", n) for n in sorted(log.names)},
                      **{("folder", n): self._state("folder", n) for n in sorted(log.folders)}}
-            resultcache.keep_unit(KIND, entry, root, reads, (value, result), entries)
+            resultcache.keep_unit(entry, root, reads, (value, result), entries)
         return value, result
 
     def _state(self, kind: str, name: str) -> Any:
