@@ -198,6 +198,7 @@ def test_namespace_of_a_configured_kernel_package_is_not_checked_not_missing(tmp
 
 def test_port_registrations_are_kept_under_each_sources_text(tmp_path: Path, audit_cache: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from metax_audit.cache.memo import review_memo
     from metax_audit.stages.checks import op_table
 
     disc, up = _setup(tmp_path, "0")
@@ -206,13 +207,13 @@ def test_port_registrations_are_kept_under_each_sources_text(tmp_path: Path, aud
     for name in ("python_registrations", "cpp_registrations"):
         real = getattr(op_table, name)
         monkeypatch.setattr(op_table, name, lambda *a, _real=real: read.append(a[1]) or _real(*a))
-    assert build_table(disc.root, "port", ("csrc",), up, use_cache=True) == fresh
+    assert build_table(disc.root, "port", ("csrc",), up, memo=review_memo(True)) == fresh
     assert sorted(read) == ["csrc/torch_bindings.cpp", "port/ops.py"]
     read.clear()
-    assert build_table(disc.root, "port", ("csrc",), up, use_cache=True) == fresh and read == []
+    assert build_table(disc.root, "port", ("csrc",), up, memo=review_memo(True)) == fresh and read == []
     ops = tmp_path / "port" / "ops.py"
     ops.write_text(ops.read_text() + '\ndirect_register_custom_op(op_name="new_op", op_func=len)\n')
-    edited = build_table(disc.root, "port", ("csrc",), up, use_cache=True)
+    edited = build_table(disc.root, "port", ("csrc",), up, memo=review_memo(True))
     assert read == ["port/ops.py"] and ("vllm", "new_op") in edited.ops
     assert edited == build_table(disc.root, "port", ("csrc",), up)
     # the port's default namespace comes from upstream: another one is another key
@@ -221,6 +222,6 @@ def test_port_registrations_are_kept_under_each_sources_text(tmp_path: Path, aud
         'from torch.library import Library\nvllm_lib = Library("vllm2", "FRAGMENT")\n'
         "def direct_register_custom_op(op_name, op_func, mutates_args=None, fake_impl=None, target_lib=None):\n    pass\n")
     op_table._MEMO.clear()
-    other = build_table(disc.root, "port", ("csrc",), up, use_cache=True)
+    other = build_table(disc.root, "port", ("csrc",), up, memo=review_memo(True))
     assert "port/ops.py" in read and "csrc/torch_bindings.cpp" not in read and ("vllm2", "new_op") in other.ops
     assert other == build_table(disc.root, "port", ("csrc",), up)

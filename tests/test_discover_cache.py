@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from metax_audit.cache.memo import review_memo
 from metax_audit.core import pysource
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.pysource import find_module, module_name, resolve_relative
@@ -51,7 +52,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
 
 def _discover(root: Path, use_cache: bool) -> tuple[object, list[object]]:
     pysource.clear_source_cache()
-    found = discover(root, CFG, use_cache=use_cache)
+    found = discover(root, CFG, memo=review_memo(use_cache))
     return found, list(coverage_findings(found))
 
 
@@ -161,7 +162,7 @@ def test_the_resolver_on_kept_bindings_answers_like_the_tree_walk(tmp_path: Path
     answers = set()
     for tree_root, dotted in [(root, names), (port, [r.class_path for r in discover(port, CFG).registrations])]:
         for use_cache in (False, True, True):
-            sources = scope._Sources(tree_root, CFG.max_file_bytes, use_cache=use_cache)
+            sources = scope._Sources(tree_root, CFG.max_file_bytes, memo=review_memo(use_cache))
             resolver = registrations._Resolver(sources)
             for name in dotted:
                 parts = name.split(".")

@@ -216,6 +216,7 @@ def test_stack_targets_adds_imported_kernel_names(tmp_path: Path) -> None:
 
 def test_stack_targets_keep_each_files_imports_under_its_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the cache, the targets equal a fresh read; an unchanged file is not read again, a changed one is."""
+    from metax_audit.cache.memo import review_memo
     from metax_audit.core import pysource
     from metax_audit.core.models import Discovery, SourceFile, TraceResult
     from metax_audit.stages.introspect import stack_targets
@@ -226,13 +227,13 @@ def test_stack_targets_keep_each_files_imports_under_its_bytes(tmp_path: Path, m
     d = Discovery(tmp_path, "port", files, (), (), (), {})
     fresh = stack_targets(d, TraceResult((), ()), ["kern"])
     assert fresh == ["kern.decode._helper", "kern.run", "kern._x", "kern.ops"]
-    assert stack_targets(d, TraceResult((), ()), ["kern"], use_cache=True) == fresh
+    assert stack_targets(d, TraceResult((), ()), ["kern"], memo=review_memo(True)) == fresh
     read: list[list[str]] = []
     real = pysource.imported_names
     monkeypatch.setattr(pysource, "imported_names", lambda root, paths, packages: read.append(list(paths)) or real(root, paths, packages))
-    assert stack_targets(d, TraceResult((), ()), ["kern"], use_cache=True) == fresh and read == []
+    assert stack_targets(d, TraceResult((), ()), ["kern"], memo=review_memo(True)) == fresh and read == []
     (tmp_path / "port/a.py").write_text("from kern.decode import _helper, other\n")
-    assert stack_targets(d, TraceResult((), ()), ["kern"], use_cache=True) == [
+    assert stack_targets(d, TraceResult((), ()), ["kern"], memo=review_memo(True)) == [
         "kern.decode._helper", "kern.decode.other", "kern.run", "kern._x", "kern.ops"] and read == [["port/a.py"]]
 
 

@@ -18,7 +18,6 @@ only costs time: no failure here is an error of the review."""
 from __future__ import annotations
 
 import contextlib
-import enum
 import errno
 import hashlib
 import json
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from metax_audit.cache.codec import CodecError, Registry
+from metax_audit.core.memo import Kind
 
 SCHEMA: Final = "v2"  # v1: pickles (metax-audit/result-cache/v1), never read
 MAGIC: Final = b"metax-audit-cache"
@@ -37,36 +37,6 @@ SUFFIX: Final = ".entry"
 MAX_ENTRY_BYTES: Final = 256 * 1024 * 1024
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-class Kind(enum.Enum):
-    """Every kind of entry the result cache holds; the value is its folder under <cache>/results."""
-
-    REVIEW = "review"  # a whole review of a snapshot (review_cache.py)
-    REVIEW_DISCOVERY = "review-discovery"  # the discovery a served review's computed review ended with
-    REVISION = "revision"  # a revision's export digest, config and waivers text (incremental.py)
-    REACHED = "reached"  # the port files the last trace of a repository reached
-    DISCOVERY = "discovery"  # the widened discovery of the last review of a repository
-    COMPARE = "compare"  # one file's compare result
-    COMPARE_FACTS = "compare-facts"  # what the per-file compare keys read of a port file
-    COMPARE_PARTS = "compare-parts"  # member units of a file's comparison (compare/memo.py)
-    CHECKS_FILE = "checks-file"  # per-file units of the checks (checks/memo.py)
-    BINDING_FILE = "binding-file"  # the same, for the forked binding checks
-    UPSTREAM_CALLS = "upstream-calls"  # upstream's call sites of the compared files
-    CONTRACTS = "contracts"  # the parsed component contracts
-    TRACE_UNIT = "trace-unit"  # one backend's chain or one file's call sites (trace/memo.py)
-    DATAFLOW_UNIT = "dataflow-unit"  # one file's dataflow walk (dataflow/memo.py)
-    DATAFLOW_SCOPE = "dataflow-scope"  # the dataflow's per-file search entries
-    DISCOVER_PARSED = "discover-parsed"  # discover's per-file products (discover/scope.py)
-    DISCOVER_IMPORTS = "discover-imports"
-    DISCOVER_REGISTRATIONS = "discover-registrations"
-    DISCOVER_BINDINGS = "discover-bindings"
-    DISCOVER_PRIORITIES = "discover-priorities"
-    DISCOVER_SWITCHES = "discover-switches"
-    DISCOVER_COMPILED = "discover-compiled"
-    INTROSPECT_IMPORTS = "introspect-imports"  # the imports of the files introspection reads
-    OP_TABLE_PYTHON = "op-table-python"  # op registrations in Python files
-    OP_TABLE_NATIVE = "op-table-native"  # op registrations in C++/CUDA files
 
 
 # What an entry of each kind holds at its top (a record by its class name: the cache imports no stage);

@@ -240,9 +240,10 @@ def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_Compare
         if early is not None:
             early.close()
         return CompareAhead(None, None, remember)
+    from metax_audit.cache.memo import review_memo
     from metax_audit.stages.discover import widen
 
-    predicted = widen(discovery, discovery.root, reached, use_cache=True) if reached else discovery  # as the trace stage widens it
+    predicted = widen(discovery, discovery.root, reached, memo=review_memo(True)) if reached else discovery  # as the trace stage widens it
     if early is not None:
         if early.predicts(predicted, (upstream, base)):
             return early

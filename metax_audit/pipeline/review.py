@@ -16,6 +16,7 @@ from metax_audit import __version__
 from metax_audit.core.config import AuditConfig, departures, load_config
 from metax_audit.core.errors import AuditError
 from metax_audit.core.forked import Forked
+from metax_audit.core.memo import Memo
 from metax_audit.core.models import (
     AuditReport,
     Comparison,
@@ -216,6 +217,13 @@ class _Stages:
     run: _Run
     progress: Progress
 
+    @property
+    def memo(self) -> Memo:
+        """What the stages keep between reviews: the result cache, or nothing with --no-cache (core/memo.py)."""
+        from metax_audit.cache.memo import review_memo
+
+        return review_memo(not self.options.no_cache)
+
 
 class _CountedFork(Forked[T]):
     """A forked stage whose child's rejected cache entries count in this review's stage note."""
@@ -395,7 +403,7 @@ def _discover_stage(st: _Stages) -> Discovery:
     from metax_audit.stages import discover as discover_mod
 
     with st.run.stage("discover", st.progress) as notes:
-        discovery = discover_mod.discover(st.snap.root, st.config, st.options.paths, use_cache=not st.options.no_cache)
+        discovery = discover_mod.discover(st.snap.root, st.config, st.options.paths, memo=st.memo)
         if not discovery.files and not discovery.left_out:
             raise AuditError(
                 f"no file of {st.config.port_package!r} is in scope in this snapshot: is --repo the port's checkout, "
@@ -532,7 +540,7 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
         trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None, symbols, memo_common,
                                          memo_count)
         if trace.reached_files:
-            discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files, use_cache=not st.options.no_cache)
+            discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files, memo=st.memo)
             st.run.findings += discover_mod.coverage_findings(
                 replace(discovery, files=tuple(f for f in discovery.files if f.reason == "reached-by-trace")))
         st.run.findings += trace_mod.trace_findings(trace)
@@ -612,9 +620,9 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
             upstream_calls,
         )
 
-        up_calls = upstream_calls(comparison, upstream, st.config, use_cache=not st.options.no_cache)
+        up_calls = upstream_calls(comparison, upstream, st.config, memo=st.memo)
         facts = collect_facts()
-        ops = op_table_for_review(discovery, st.config, upstream, facts, use_cache=not st.options.no_cache)
+        ops = op_table_for_review(discovery, st.config, upstream, facts, memo=st.memo)
         stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
         op_names = op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
         capabilities = list(check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
@@ -692,7 +700,7 @@ def _introspect(st: _Stages, discovery: Discovery, trace: TraceResult, upstream:
     config, options, run, progress = st.config, st.options, st.run, st.progress
     options = replace(options, static_roots=(st.snap.root, *((upstream.root,) if upstream and upstream.root else ()),
                                              *options.static_roots, *_kernel_source_roots(st)))
-    targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules, use_cache=not options.no_cache)
+    targets = introspect_mod.stack_targets(discovery, trace, config.kernel_modules, memo=st.memo)
     prestarted = background.prestarted
     if prestarted is not None and not targets:
         prestarted.discard()

@@ -29,7 +29,7 @@ from metax_audit.stages.checks.op_registrations import (
 )
 
 if TYPE_CHECKING:
-    from metax_audit.cache.resultcache import FileProducts
+    from metax_audit.core.memo import Memo, Products
 
 # ---------------------------------------------------------------- building the table
 
@@ -71,7 +71,7 @@ def _python_file(text: str, where: str, provider: str, default_ns: str,
 
 
 def scan_python(root: Path, package: str, provider: str, default_ns: str,
-                refs: dict[str, set[str]] | None = None, products: FileProducts | None = None,
+                refs: dict[str, set[str]] | None = None, products: Products | None = None,
                 ) -> tuple[list[OpRegistration], list[tuple[str, str]], str]:
     """Registrations of every module of `package` under `root` (and, with refs, every torch.ops.<ns>.<op>
     the sources name). An empty `default_ns` is read from the module defining direct_register_custom_op.
@@ -113,7 +113,7 @@ def _native_files(root: Path, prefixes: Iterable[str]) -> list[Path]:
 
 
 def _scan_native(files: list[Path], root: Path, regs: list[OpRegistration], macro: dict[str, OpRegistration],
-                 products: FileProducts | None = None) -> None:
+                 products: Products | None = None) -> None:
     for path in files:
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -191,16 +191,15 @@ def upstream_registrations(upstream: UpstreamInfo,
 def build_table(root: Path, port_package: str, native_prefixes: Iterable[str], upstream: UpstreamInfo | None,
                 compiled_names: frozenset[str] | None = None, compiled_note: str = "",
                 manifest_ops: dict[str, tuple[str, ...]] | None = None,
-                op_packages: dict[str, str] | None = None, *, use_cache: bool = False) -> OpTable:
+                op_packages: dict[str, str] | None = None, *, memo: Memo | None = None) -> OpTable:
     """Read every provider: the port's Python and C++ (snapshot), upstream's Python (and the op names its
-    compiled extensions define, when the caller could read them), the stack manifest's torch.ops. With
-    `use_cache`, what each port source registers is kept in the result cache under its text (parsing the
+    compiled extensions define, when the caller could read them), the stack manifest's torch.ops. What
+    each port source registers is asked of `memo` under its text (the review's keeps it: parsing the
     registration calls of the port's modules and C++ files was 0.1 s a review)."""
-    from metax_audit.cache.resultcache import FileProducts
-    from metax_audit.cache.store import Kind
+    from metax_audit.core.memo import NO_MEMO, Kind
 
-    python_products = FileProducts(Kind.OP_TABLE_PYTHON, sys.version, enabled=use_cache)
-    native_products = FileProducts(Kind.OP_TABLE_NATIVE, enabled=use_cache)
+    python_products = (memo or NO_MEMO).products(Kind.OP_TABLE_PYTHON, sys.version)
+    native_products = (memo or NO_MEMO).products(Kind.OP_TABLE_NATIVE)
     macro: dict[str, OpRegistration] = {}
     read: list[str] = []
     up_regs: list[OpRegistration] = []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.findings import make_finding, rule
+from metax_audit.core.memo import Memo
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, StackFacts, UpstreamInfo
 from metax_audit.core.pysource import walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
@@ -235,7 +236,7 @@ def _namespace_call(root: Path, table: OpTable, use: OpUse) -> Finding:
 
 
 def op_table_for_review(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,
-                        facts: StackFacts | None, *, use_cache: bool = False) -> OpTable:
+                        facts: StackFacts | None, *, memo: Memo | None = None) -> OpTable:
     """Every provider of ops the review reads: the port's Python and C++, upstream's Python and compiled
     op names, the stack manifest. The signature check reads the port's schemas from it too."""
     compiled, note = (None, "")
@@ -248,7 +249,7 @@ def op_table_for_review(discovery: Discovery, config: AuditConfig, upstream: Ups
     manifest = facts.torch_ops if facts is not None and facts.source.startswith("manifest:") else None
     return build_table(discovery.root, discovery.port_package, config.native_sources, upstream,
                        compiled_names=compiled, compiled_note=note, manifest_ops=manifest,
-                       op_packages=config.op_namespaces, use_cache=use_cache)
+                       op_packages=config.op_namespaces, memo=memo)
 
 
 def op_findings(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None,

@@ -6,11 +6,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from metax_audit.core.config import AuditConfig
+from metax_audit.core.memo import NO_MEMO, Kind, Memo
 from metax_audit.core.models import CallSite, Comparison, Discovery, UpstreamInfo
 
 
 def upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig, *,
-                    use_cache: bool = True) -> Sequence[CallSite]:
+                   memo: Memo = NO_MEMO) -> Sequence[CallSite]:
     """Call sites of the upstream counterparts, so a positional argument whose meaning moved
     between upstream's call and the port's call of the same callee can be seen."""
     if comparison is None or upstream is None or upstream.root is None:
@@ -25,15 +26,11 @@ def upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None,
     up_discovery = Discovery(root=upstream.root, port_package=config.upstream_package, files=files, registrations=(),
                              priorities=(), switches=(), callers={})
     up_config = replace(config, port_package=config.upstream_package)
-    # They depend on the upstream release, the counterparts and the config only: cached per upstream.
-    from metax_audit.cache import resultcache
-    from metax_audit.cache.store import Kind
-
-    entry = resultcache.key(Kind.UPSTREAM_CALLS, resultcache.upstream_identity(upstream), [f.path for f in files], repr(up_config))
-    cached = resultcache.load(entry) if use_cache else None
-    if isinstance(cached, tuple):
-        return cached
+    # They depend on the upstream release, the counterparts and the config only: kept per upstream.
+    parts = (upstream, [f.path for f in files], repr(up_config))
+    kept = memo.load(Kind.UPSTREAM_CALLS, *parts)
+    if isinstance(kept, tuple):
+        return kept
     calls = tuple(trace_backends(up_discovery, up_config, None).calls)
-    if use_cache:
-        resultcache.store(entry, calls)
+    memo.store(Kind.UPSTREAM_CALLS, calls, *parts)
     return calls

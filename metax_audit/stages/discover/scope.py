@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar
 
 from metax_audit.core import fstree
 from metax_audit.core.config import AuditConfig, python_files, scope_files
@@ -16,7 +16,7 @@ from metax_audit.core.models import ParseProblem, SkippedFile, SourceFile, Sourc
 from metax_audit.core.pysource import ParsedSource, check_source, module_name, read_source_cached, read_text
 
 if TYPE_CHECKING:
-    from metax_audit.cache.resultcache import FileProducts
+    from metax_audit.core.memo import Memo, Products
 
 _T = TypeVar("_T")
 
@@ -82,16 +82,18 @@ def _narrow(root: Path, scoped: dict[str, SourceReason], paths: Sequence[str]
 
 class _Sources:
     """Reads each snapshot file at most once per run, with the configured size limit; parses on demand.
-    With `use_cache`, what discover takes from single files (parse status, registrations, top-level
-    bindings, imports) is kept in the result cache under the file's text (see product)."""
+    What discover takes from single files (parse status, registrations, top-level bindings, imports) is
+    asked of the review's memo under the file's text (see product; the default memo keeps nothing)."""
 
-    def __init__(self, root: Path, max_bytes: int, *, use_cache: bool = False) -> None:
+    def __init__(self, root: Path, max_bytes: int, *, memo: Memo | None = None) -> None:
+        from metax_audit.core.memo import NO_MEMO
+
         self.root = root
         self.max_bytes = max_bytes
-        self.use_cache = use_cache
+        self.memo = memo or NO_MEMO
         self._texts: dict[str, tuple[str | None, ParseProblem | None]] = {}
         self._parsed: dict[str, ParsedSource] = {}
-        self._products: dict[str, FileProducts] = {}
+        self._products: dict[str, Products] = {}
         self.keep: set[str] = set()
 
     def text(self, rel: str) -> str | None:
@@ -111,11 +113,10 @@ class _Sources:
         under its path and text; the file's text was read by text(rel)."""
         products = self._products.get(kind)
         if products is None:
-            from metax_audit.cache.resultcache import FileProducts
-            from metax_audit.cache.store import Kind
+            from metax_audit.core.memo import Kind
 
-            products = self._products[kind] = FileProducts(Kind(f"discover-{kind}"), sys.version, enabled=self.use_cache)
-        return cast(_T, products.get(rel, text, lambda: compute(rel, text)))
+            products = self._products[kind] = self.memo.products(Kind(f"discover-{kind}"), sys.version)
+        return products.get(rel, text, lambda: compute(rel, text))
 
     def save(self) -> None:
         """Keep the products computed in this run (see product)."""

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.errors import DiscoverError
+from metax_audit.core.memo import Memo
 from metax_audit.core.models import Discovery, SkippedFile
 from metax_audit.core.pysource import ParsedSource, find_module, module_name, resolve_relative, scan_imports
 from metax_audit.stages.discover.platform import _priorities, _switches
@@ -79,9 +80,9 @@ def _platform_product(sources: _Sources, platform: str, kind: str, read: Callabl
 # ------------------------------------------------------------------ public API
 
 
-def discover(root: Path, config: AuditConfig, paths: Sequence[str] = (), *, use_cache: bool = False) -> Discovery:
-    """Scope, registrations, priorities, switches and callers of the port in snapshot `root`. With
-    `use_cache`, what is read from single files is kept under their text (see _Sources.product)."""
+def discover(root: Path, config: AuditConfig, paths: Sequence[str] = (), *, memo: Memo | None = None) -> Discovery:
+    """Scope, registrations, priorities, switches and callers of the port in snapshot `root`. What is
+    read from single files is asked of `memo` under their text (see _Sources.product)."""
     root = Path(root)
     if not root.is_dir():
         raise DiscoverError(f"snapshot directory {root} does not exist")
@@ -91,7 +92,7 @@ def discover(root: Path, config: AuditConfig, paths: Sequence[str] = (), *, use_
     if paths:
         scoped, left_out = _narrow(root, scoped, paths)
     platform = config.platform_path
-    sources = _Sources(root, config.max_file_bytes, use_cache=use_cache)
+    sources = _Sources(root, config.max_file_bytes, memo=memo)
     sources.keep.add(platform)
     files = tuple(_source_file(sources.status(rel), why) for rel, why in sorted(scoped.items()))
 
@@ -111,7 +112,7 @@ def discover(root: Path, config: AuditConfig, paths: Sequence[str] = (), *, use_
 
 
 def widen(discovery: Discovery, root: Path, reached: Iterable[str], *, max_file_bytes: int | None = None,
-          use_cache: bool = False) -> Discovery:
+          memo: Memo | None = None) -> Discovery:
     """Add port files the trace reached (paths or dotted modules) as `reached-by-trace` records."""
     root = Path(root)
     limit = max_file_bytes if max_file_bytes is not None else AuditConfig().max_file_bytes
@@ -125,7 +126,7 @@ def widen(discovery: Discovery, root: Path, reached: Iterable[str], *, max_file_
             new.append(rel)
     if not new:
         return discovery
-    sources = _Sources(root, limit, use_cache=use_cache)
+    sources = _Sources(root, limit, memo=memo)
     added = [_source_file(sources.status(rel), "reached-by-trace") for rel in new]
     port = _package_files(root, root / port_dir)
     callers = dict(discovery.callers)

@@ -22,7 +22,7 @@ from metax_audit.stages.introspect.manifest import _ops_json, _replace
 from metax_audit.stages.introspect.process import Prestarted, _run_worker
 
 if TYPE_CHECKING:
-    from metax_audit.cache.resultcache import FileProducts
+    from metax_audit.core.memo import Memo, Products
 
 
 def introspect(
@@ -119,19 +119,18 @@ def _introspect_live(
 
 
 def stack_targets(discovery: Discovery, trace: TraceResult, packages: Sequence[str], *,
-                  use_cache: bool = False) -> list[str]:
+                  memo: Memo | None = None) -> list[str]:
     """What introspection should look at: the trace's kernel entry points plus every name the
     port imports from the kernel `packages` (so the import check sees private helpers too).
-    With `use_cache`, each file's imports are kept in the result cache under its bytes."""
+    Each file's imports are asked of `memo` under its bytes (kept between reviews by the pipeline's)."""
     from metax_audit.core.pysource import imported_names
     from metax_audit.stages.trace import kernel_entry_points
 
     paths = [f.path for f in discovery.files if f.parse_error is None]
-    if use_cache:
-        from metax_audit.cache.resultcache import FileProducts
-        from metax_audit.cache.store import Kind
+    if memo is not None and memo.enabled:
+        from metax_audit.core.memo import Kind
 
-        products = FileProducts(Kind.INTROSPECT_IMPORTS, sorted(packages))
+        products = memo.products(Kind.INTROSPECT_IMPORTS, sorted(packages))
         found = sorted((i for p in paths for i in _file_imports(discovery.root, p, packages, products)),
                        key=lambda i: (i.path, i.line))
         products.save()
@@ -140,7 +139,7 @@ def stack_targets(discovery: Discovery, trace: TraceResult, packages: Sequence[s
     return list(dict.fromkeys([*kernel_entry_points(trace), *(i.target for i in found)]))
 
 
-def _file_imports(root: Path, path: str, packages: Sequence[str], products: FileProducts) -> list[ImportedName]:
+def _file_imports(root: Path, path: str, packages: Sequence[str], products: Products) -> list[ImportedName]:
     """imported_names of one file, kept under its bytes: reading it again needs its whole syntax tree
     walked (0.1 s over the real port's 34 files, each review)."""
     from metax_audit.core.pysource import imported_names
@@ -149,7 +148,7 @@ def _file_imports(root: Path, path: str, packages: Sequence[str], products: File
         data = (root / path).read_bytes()
     except OSError:
         return imported_names(root, [path], packages)
-    return cast(list[ImportedName], products.get(path, data, lambda: imported_names(root, [path], packages)))
+    return products.get(path, data, lambda: imported_names(root, [path], packages))
 
 
 def _introspect_cached(

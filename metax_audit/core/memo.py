@@ -1,0 +1,104 @@
+# What a stage may keep between reviews, asked through one object the pipeline hands it (a Memo): the
+# stage names what it computes (a kind of entry, a file and its text, the inputs); whether and where it is kept
+# is the pipeline's (cache/memo.py keeps it in the result cache; NO_MEMO, for --no-cache, computes everything).
+"""The model is mypy's build driver: the checker knows nothing of caching, the driver serves each
+module's record from one store. A stage that takes a Memo imports nothing of metax_audit.cache; what
+it asks of the memo must be a pure function of what it names (the file's text, the `common` inputs),
+since a served value stands for a computed one."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Kind(enum.Enum):
+    """Every kind of entry the result cache holds; the value is its folder under <cache>/results."""
+
+    REVIEW = "review"  # a whole review of a snapshot (review_cache.py)
+    REVIEW_DISCOVERY = "review-discovery"  # the discovery a served review's computed review ended with
+    REVISION = "revision"  # a revision's export digest, config and waivers text (incremental.py)
+    REACHED = "reached"  # the port files the last trace of a repository reached
+    DISCOVERY = "discovery"  # the widened discovery of the last review of a repository
+    COMPARE = "compare"  # one file's compare result
+    COMPARE_FACTS = "compare-facts"  # what the per-file compare keys read of a port file
+    COMPARE_PARTS = "compare-parts"  # member units of a file's comparison (compare/memo.py)
+    CHECKS_FILE = "checks-file"  # per-file units of the checks (checks/memo.py)
+    BINDING_FILE = "binding-file"  # the same, for the forked binding checks
+    UPSTREAM_CALLS = "upstream-calls"  # upstream's call sites of the compared files
+    CONTRACTS = "contracts"  # the parsed component contracts
+    TRACE_UNIT = "trace-unit"  # one backend's chain or one file's call sites (trace/memo.py)
+    DATAFLOW_UNIT = "dataflow-unit"  # one file's dataflow walk (dataflow/memo.py)
+    DATAFLOW_SCOPE = "dataflow-scope"  # the dataflow's per-file search entries
+    DISCOVER_PARSED = "discover-parsed"  # discover's per-file products (discover/scope.py)
+    DISCOVER_IMPORTS = "discover-imports"
+    DISCOVER_REGISTRATIONS = "discover-registrations"
+    DISCOVER_BINDINGS = "discover-bindings"
+    DISCOVER_PRIORITIES = "discover-priorities"
+    DISCOVER_SWITCHES = "discover-switches"
+    DISCOVER_COMPILED = "discover-compiled"
+    INTROSPECT_IMPORTS = "introspect-imports"  # the imports of the files introspection reads
+    OP_TABLE_PYTHON = "op-table-python"  # op registrations in Python files
+    OP_TABLE_NATIVE = "op-table-native"  # op registrations in C++/CUDA files
+
+
+class Products(Protocol):
+    """Products of one kind computed from single files, each under the file's path and text."""
+
+    def get(self, path: str, content: str | bytes, compute: Callable[[], T]) -> T:
+        """compute(), a product of the file `path` whose text or bytes are `content`."""
+        ...
+
+    def save(self) -> None:
+        """Keep what this review computed (once, at the end of the stage)."""
+        ...
+
+
+class Memo(Protocol):
+    """What a stage asks of the review's cache."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is kept (False: --no-cache)."""
+        ...
+
+    def products(self, kind: Kind, *common: Any) -> Products:
+        """Per-file products of `kind`, each a function of its file's text and of `common`."""
+        ...
+
+    def load(self, kind: Kind, *parts: Any) -> Any | None:
+        """The value kept for the inputs `parts`, or None (the caller checks its shape)."""
+        ...
+
+    def store(self, kind: Kind, value: Any, *parts: Any) -> None:
+        """Keep `value`, a function of the inputs `parts`."""
+        ...
+
+
+class _Computed:
+    def get(self, path: str, content: str | bytes, compute: Callable[[], T]) -> T:
+        return compute()
+
+    def save(self) -> None:
+        return None
+
+
+class _NoMemo:
+    """Keeps nothing: every product is computed (--no-cache, and a stage called on its own)."""
+
+    enabled = False
+
+    def products(self, kind: Kind, *common: Any) -> Products:
+        return _Computed()
+
+    def load(self, kind: Kind, *parts: Any) -> Any | None:
+        return None
+
+    def store(self, kind: Kind, value: Any, *parts: Any) -> None:
+        return None
+
+
+NO_MEMO: Memo = _NoMemo()
