@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
+from metax_audit.cache.memo import review_memo
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.models import Discovery, Finding, SourceFile
 from metax_audit.stages.checks import binding_checks
@@ -61,10 +62,10 @@ def _run(tmp_path: Path, source: str, extra: dict[str, str] | None = None) -> li
     found = binding_checks(d, trace, symbols)
     # the per-file memo (cold, then read back) changes nothing; nor do the call bindings as trace-memo
     # units per caller file (resolvers of their own), computed, stored, then served
-    assert binding_checks(d, trace, symbols, use_cache=True) == found
-    assert binding_checks(d, trace, symbols, use_cache=True) == found
+    assert binding_checks(d, trace, symbols, memo=review_memo(True)) == found
+    assert binding_checks(d, trace, symbols, memo=review_memo(True)) == found
     for use_cache in (False, True, True):
-        assert binding_checks(d, trace, symbols, use_cache=use_cache, memo_common=["test"]) == found
+        assert binding_checks(d, trace, symbols, memo=review_memo(use_cache), memo_common=["test"]) == found
     return found
 
 

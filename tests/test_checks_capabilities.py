@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
+from metax_audit.cache.memo import review_memo
 from metax_audit.core.models import BackendChain, ChainHop, Discovery, Finding, Severity, SourceFile, TraceResult
 from metax_audit.stages.checks.capabilities import check_capabilities
 from metax_audit.stages.checks.memo import FileMemo
@@ -106,7 +107,7 @@ def _memo_transparent(root: Path, run: Callable[[FileMemo | None], Iterable[Find
     the cache, nothing recomputed) give the same."""
     plain = list(run(None))
     for _ in range(2):
-        memo = FileMemo(root)
+        memo = FileMemo(root, memo=review_memo(True))
         assert list(run(memo)) == plain
         memo.save()
     assert memo.hits and not memo.misses

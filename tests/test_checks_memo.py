@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from metax_audit.cache.memo import review_memo
 from metax_audit.stages.checks.memo import FileMemo
 
 
 def _review(root: Path, unit: tuple[str, ...], *, enabled: bool = True) -> tuple[list[str], FileMemo]:
-    memo = FileMemo(root, enabled=enabled)
+    memo = FileMemo(root, memo=review_memo(enabled))
     calls: list[str] = []
 
     def compute(path: str) -> str:
@@ -43,7 +44,7 @@ def test_disabled_memo_computes_everything_and_keeps_nothing(tmp_path: Path) -> 
 
 def test_a_unit_asked_twice_in_one_review_is_computed_once_and_not_reused(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("x = 1\n")
-    memo = FileMemo(tmp_path)
+    memo = FileMemo(tmp_path, memo=review_memo(True))
     calls: list[int] = []
     assert [memo.get("a.py", ("u",), lambda: calls.append(1) or len(calls)) for _ in range(2)] == [1, 1]
     assert calls == [1] and (memo.hits, memo.misses) == (0, 1) and memo.describe() == ""

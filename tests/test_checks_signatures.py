@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from metax_audit.cache.memo import review_memo
 from metax_audit.core.models import (
     CallableFact,
     CallArg,
@@ -259,7 +260,7 @@ def test_positional_shift_judged_by_the_ops_schema_the_port_registers(registered
                                  vendor_ops=table)
     assert finding.rule == "MXA105" and finding.severity is severity
     for _ in range(2):  # what the wrapper forwards, kept per file: cold, then read back
-        memo = FileMemo(tmp_path)
+        memo = FileMemo(tmp_path, memo=review_memo(True))
         assert list(check_signatures(tmp_path, TraceResult((), (), calls=(call,)), facts, upstream_calls=upstream,
                                      vendor_ops=table, memo=memo)) == [finding]
         memo.save()

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from metax_audit.cache.memo import review_memo
 from tests.conftest import write_tree
 
 PORT = "vllm_metax/v1/attention/backends/foo.py"
@@ -115,7 +116,7 @@ def _compare(port: Path, up: Path, base: Path, monkeypatch: pytest.MonkeyPatch) 
         return original(ctx, qual, ufn, pfn)
 
     monkeypatch.setattr(structure, "_compare_function", counted)
-    comparison, findings, _ = cached_compare(found, config, upstream, release)
+    comparison, findings, _ = cached_compare(found, config, upstream, release, memo=review_memo(True))
     monkeypatch.setattr(structure, "_compare_function", original)
     plain, plain_findings = compare(found, config, upstream, release)
 

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from metax_audit import demo
+from metax_audit.cache.memo import review_memo
 from metax_audit.core.contracts import project_contracts
 from metax_audit.stages.dataflow.analysis import follow
 from metax_audit.stages.dataflow.facts import DataflowFacts
@@ -24,7 +25,8 @@ def _follow(root: Path, memo: bool) -> DataflowFacts:
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py"))
     contracts = project_contracts()
     assert contracts is not None
-    return follow(root, files, contracts, port_package="vllm_metax", memo_common=["test"] if memo else None)
+    return follow(root, files, contracts, port_package="vllm_metax", memo_common=["test"] if memo else None,
+                  memo=review_memo(memo))
 
 
 def _units(cache: Path) -> int:

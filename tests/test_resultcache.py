@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from metax_audit.cache.memo import review_memo
 from metax_audit.core.models import AuditReport
 
 
@@ -77,7 +78,7 @@ def test_per_file_compare_cache_equals_compare_and_recomputes_only_the_changed_f
             config = load_config(snap.root)
             found = discover.discover(snap.root, config)
             plain = compare(found, config, up)
-            comparison, findings, recomputed = cached_compare(found, config, up)
+            comparison, findings, recomputed = cached_compare(found, config, up, memo=review_memo(True))
             return comparison, [(f.id, f.content) for f in findings], recomputed.files, plain[0], [(f.id, f.content) for f in plain[1]]
 
     c, f, n, pc, pf = both("rev")
@@ -116,7 +117,7 @@ def test_a_files_compare_key_follows_the_files_naming_its_functions(tmp_path: Pa
 
     def kept() -> dict[str, str]:
         return compare_dependencies(tmp_path, AuditConfig(), paths,
-                                    lambda path: per_file._file_facts(tmp_path, AuditConfig(), {}, path)[:2])
+                                    lambda path: per_file._file_facts(tmp_path, AuditConfig(), {}, path, review_memo(True))[:2])
 
     assert kept() == third
     assert kept() == third  # now from the cache

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from metax_audit import demo
+from metax_audit.cache.memo import review_memo
 from metax_audit.core.config import AuditConfig
 from metax_audit.stages import discover as discover_mod
 from metax_audit.stages.trace import trace_backends
@@ -25,7 +26,8 @@ def _port(tmp_path: Path) -> Path:
 
 def _trace(root: Path, memo: bool, count: MemoCount | None = None):
     disc = discover_mod.discover(root, CONFIG)
-    return trace_backends(disc, CONFIG, demo.upstream_root(), memo_common=["test"] if memo else None, memo_count=count)
+    return trace_backends(disc, CONFIG, demo.upstream_root(), memo_common=["test"] if memo else None, memo_count=count,
+                         memo=review_memo(memo))
 
 
 def test_a_second_trace_is_served_whole_and_equals_a_fresh_one(tmp_path: Path) -> None:
@@ -65,7 +67,7 @@ def test_a_name_that_was_missing_and_now_exists_is_read_again(tmp_path: Path) ->
             calls.append(True)
             return index.get("vllm_metax.later") is not None, UnitResult(frozenset(), frozenset(), ())
 
-        memo = TraceMemo(index, ["test"])
+        memo = TraceMemo(index, ["test"], memo=review_memo(True))
         return memo.unit(["probe"], compute)[0]
 
     def index() -> ModuleIndex:

@@ -2,10 +2,13 @@
 # under typed keys in the one store (cache/resultcache.py, cache/store.py). The pipeline makes one per review.
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from metax_audit.cache import resultcache
-from metax_audit.core.memo import NO_MEMO, Kind, Memo, Products
+from metax_audit.core.memo import NO_MEMO, Kind, Memo, Products, Units
 from metax_audit.core.models import UpstreamInfo
 
 
@@ -23,12 +26,40 @@ class ResultMemo:
     def store(self, kind: Kind, value: Any, *parts: Any) -> None:
         resultcache.store(self._key(kind, parts), value)
 
+    def digest(self, *parts: Any) -> str:
+        return resultcache.digest(*(_part(p) for p in parts))
+
+    def units(self, kind: Kind, *parts: Any) -> Units | None:
+        return _Units(self._key(kind, parts))
+
     @staticmethod
     def _key(kind: Kind, parts: tuple[Any, ...]) -> resultcache.Key:
         """An upstream release stands in a key by its identity (its source, version and files' stat), which
         the cache decides; every other part by its JSON."""
-        return resultcache.key(kind, *(resultcache.upstream_identity(p) if isinstance(p, UpstreamInfo) else p
-                                       for p in parts))
+        return resultcache.key(kind, *(_part(p) for p in parts))
+
+
+def _part(p: Any) -> Any:
+    """A key part as the cache digests it: an upstream release by its identity, a record (the contracts) by
+    the sha256 of its encoding, anything else by its JSON."""
+    if isinstance(p, UpstreamInfo):
+        return resultcache.upstream_identity(p)
+    if dataclasses.is_dataclass(p) and not isinstance(p, type):
+        from metax_audit.cache.records import registry
+
+        return hashlib.sha256(registry().dumps(p)).hexdigest()
+    return p
+
+
+class _Units:
+    def __init__(self, key: resultcache.Key) -> None:
+        self._key = key
+
+    def find(self, root: str, state: Callable[[str, str], Any]) -> tuple[list[Any], tuple[Any] | None]:
+        return resultcache.find_unit(self._key, root, state)
+
+    def keep(self, root: str, reads: dict[tuple[str, str], Any], value: Any, entries: list[Any]) -> None:
+        resultcache.keep_unit(self._key, root, reads, value, entries)
 
 
 def review_memo(enabled: bool) -> Memo:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from metax_audit.cache.store import SUFFIX, Key, Kind, Store
-from metax_audit.core import fstree, inputs
+from metax_audit.core import fstree
+from metax_audit.core.memo import content_state, file_digest  # noqa: F401 - the cache's own keys use them too
 from metax_audit.core.models import UpstreamInfo
 
 CACHE_SCHEMA = "metax-audit/result-cache/v2"  # v2: checksummed data entries (cache/store.py), v1 pickles never read
@@ -97,15 +98,6 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def file_digest(path: Path | None) -> str:
-    if path is None:
-        return "none"
-    try:
-        return hashlib.sha256(inputs.read_bytes(path)).hexdigest()  # a FIFO is refused, never waited on
-    except OSError:
-        return "unreadable"
-
-
 def digest(*parts: Any) -> str:
     """sha256 of `parts` (JSON, other values by their str) and the tool: a part of a key that names many inputs."""
     return hashlib.sha256(json.dumps([CACHE_SCHEMA, tool_identity(), *parts], sort_keys=True, default=str).encode()).hexdigest()[:40]
@@ -164,16 +156,6 @@ def names(value: Any, text: str) -> bool:
         return json.dumps(text)[1:-1].encode("ascii") in registry().dumps(value)
     except CodecError:
         return True  # it is not kept anyway
-
-
-def content_state(path: Path) -> str | None:
-    """A file's bytes as a digest, None when there is no such file (a state a stored unit compares)."""
-    try:
-        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-    except OSError as exc:
-        return f"unreadable: {exc.errno}"
 
 
 class FileProducts:

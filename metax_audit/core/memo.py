@@ -9,7 +9,9 @@ since a served value stands for a computed one."""
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -57,6 +59,19 @@ class Products(Protocol):
         ...
 
 
+class Units(Protocol):
+    """The entries kept under one unit's key, each a value with the state of what it read then."""
+
+    def find(self, root: str, state: Callable[[str, str], Any]) -> tuple[list[Any], tuple[Any] | None]:
+        """The entries, and (as a 1-tuple) the value of the first whose every read `(kind, name)` has the
+        same `state(kind, name)` now, moved to the snapshot `root`; None when none holds."""
+        ...
+
+    def keep(self, root: str, reads: dict[tuple[str, str], Any], value: Any, entries: list[Any]) -> None:
+        """Keep `value` with the state of its reads, ahead of a few of the other `entries`."""
+        ...
+
+
 class Memo(Protocol):
     """What a stage asks of the review's cache."""
 
@@ -75,6 +90,14 @@ class Memo(Protocol):
 
     def store(self, kind: Kind, value: Any, *parts: Any) -> None:
         """Keep `value`, a function of the inputs `parts`."""
+        ...
+
+    def digest(self, *parts: Any) -> str:
+        """One part standing for many inputs (digested once, so that many keys naming them stay small)."""
+        ...
+
+    def units(self, kind: Kind, *parts: Any) -> Units | None:
+        """The kept entries of the unit named by `parts`; None when nothing is kept (compute it)."""
         ...
 
 
@@ -100,5 +123,33 @@ class _NoMemo:
     def store(self, kind: Kind, value: Any, *parts: Any) -> None:
         return None
 
+    def digest(self, *parts: Any) -> str:
+        return ""
+
+    def units(self, kind: Kind, *parts: Any) -> Units | None:
+        return None
+
 
 NO_MEMO: Memo = _NoMemo()
+
+
+def file_digest(path: Path | None) -> str:
+    """sha256 of a file's bytes ("none", "unreadable"): how a unit names a file it depends on."""
+    if path is None:
+        return "none"
+    try:
+        from metax_audit.core import inputs
+
+        return hashlib.sha256(inputs.read_bytes(path)).hexdigest()  # a FIFO is refused, never waited on
+    except OSError:
+        return "unreadable"
+
+
+def content_state(path: Path) -> str | None:
+    """A file's bytes as a digest, None when there is no such file (a state a stored unit compares)."""
+    try:
+        return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError as exc:
+        return f"unreadable: {exc.errno}"

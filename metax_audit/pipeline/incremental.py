@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.cache import resultcache
+from metax_audit.cache.memo import review_memo
 from metax_audit.cache.store import Key, Kind
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ def start_compare_early(fork: Callable[[Callable[[], _CompareResult]], Forked[_C
     def work() -> _CompareResult:
         from metax_audit.stages.compare.per_file import cached_compare
 
-        return cached_compare(predicted, config, upstream, base, use_cache=True)
+        return cached_compare(predicted, config, upstream, base, memo=review_memo(True))
 
     ahead = CompareAhead(predicted, fork(work), remember, (upstream, base))
     ahead.early = True
@@ -252,6 +253,6 @@ def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_Compare
     def work() -> _CompareResult:
         from metax_audit.stages.compare.per_file import cached_compare
 
-        return cached_compare(predicted, config, upstream, base, use_cache=True)
+        return cached_compare(predicted, config, upstream, base, memo=review_memo(True))
 
     return CompareAhead(predicted, fork(work), remember, (upstream, base))

@@ -304,7 +304,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
     from metax_audit.stages.checks.memo import FileMemo
 
-    memo = FileMemo(discovery.root, enabled=not st.options.no_cache)  # per-file results of checks and triage
+    memo = FileMemo(discovery.root, memo=st.memo)  # per-file results of checks and triage
     facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding, memo)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
@@ -372,7 +372,8 @@ def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background, 
 
     contracts = kept_project_contracts(use_cache=not st.options.no_cache)
     memo_common = None if st.options.no_cache else ["dataflow"]  # each file's walk kept with what it read
-    return contracts, background.fork(partial(dataflow_for_review, discovery, st.config, contracts, memo_common), nice=nice)
+    return contracts, background.fork(partial(dataflow_for_review, discovery, st.config, contracts, memo_common, st.memo),
+                                      nice=nice)
 
 
 def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upstream: UpstreamInfo | None,
@@ -476,7 +477,7 @@ def _start_during_trace(st: _Stages, predicted: Discovery | None, symbols: Symbo
     from metax_audit.stages.checks import discovery_checks
 
     # waited for after the compare child (started before discover): a smaller share than it (Forked)
-    checks = background.fork(partial(discovery_checks, predicted, symbols, use_cache=not st.options.no_cache,
+    checks = background.fork(partial(discovery_checks, predicted, symbols, memo=st.memo,
                                      memo_common=_binding_memo_common(st, upstream, base)), nice=10)
     contracts, dataflow = _start_dataflow(st, predicted, background, nice=10)
     return _DuringTrace(predicted, checks, contracts, dataflow)
@@ -491,7 +492,7 @@ def _after_trace(st: _Stages, discovery: Discovery, trace: TraceResult, symbols:
 
     memo_common = _binding_memo_common(st, upstream, base)
     if during is not None and same_files(during.predicted, discovery):
-        calls = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache, memo_common,
+        calls = background.fork(partial(_binding_checks, discovery, trace, symbols, st.memo, memo_common,
                                         calls_only=True))
         early = during.discovery_checks
         st.run.during_trace = True
@@ -504,16 +505,16 @@ def _after_trace(st: _Stages, discovery: Discovery, trace: TraceResult, symbols:
     if during is not None:
         during.discovery_checks.close()
         during.dataflow.close()
-    binding_child = background.fork(partial(_binding_checks, discovery, trace, symbols, not st.options.no_cache,
+    binding_child = background.fork(partial(_binding_checks, discovery, trace, symbols, st.memo,
                                             memo_common))  # beside compare
     return binding_child.result, _start_dataflow(st, discovery, background)
 
 
-def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, use_cache: bool = False,
+def _binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, memo: Memo,
                     memo_common: list[str] | None = None, calls_only: bool = False) -> list[Finding]:
     from metax_audit.stages.checks import binding_checks
 
-    return binding_checks(discovery, trace, symbols, use_cache=use_cache, memo_common=memo_common, calls_only=calls_only)
+    return binding_checks(discovery, trace, symbols, memo=memo, memo_common=memo_common, calls_only=calls_only)
 
 
 def _binding_memo_common(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> list[str]:
@@ -538,7 +539,7 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
 
         memo_count = MemoCount()
         trace = trace_mod.trace_backends(discovery, st.config, upstream.root if upstream else None, symbols, memo_common,
-                                         memo_count)
+                                         memo_count, st.memo)
         if trace.reached_files:
             discovery = discover_mod.widen(discovery, st.snap.root, trace.reached_files, memo=st.memo)
             st.run.findings += discover_mod.coverage_findings(
@@ -593,7 +594,7 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
         from metax_audit.stages.compare.per_file import cached_compare
 
         comparison, compare_findings, work = (ahead and ahead.take(discovery, upstream, base)) or cached_compare(
-            discovery, st.config, upstream, base, use_cache=not st.options.no_cache)
+            discovery, st.config, upstream, base, memo=st.memo)
         st.run.findings += compare_findings
         notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences"
                      + (f"; {work.files} recomputed, the rest from the per-file cache" if work.files < len(comparison.files) else "")

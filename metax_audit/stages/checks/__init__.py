@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from metax_audit.cache.store import Kind
+from metax_audit.core.memo import NO_MEMO, Kind, Memo
 from metax_audit.core.models import CallSite, Discovery, Finding, StackFacts, TraceResult, Unresolved
 from metax_audit.core.pysource import module_name
 
@@ -83,7 +83,7 @@ def checks_for_review(
     yield from run_checks(discovery, trace, facts, upstream_calls=upstream_calls, vendor_ops=vendor_ops, memo=memo)
 
 
-def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, use_cache: bool = False,
+def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, memo: Memo = NO_MEMO,
                      memo_common: list[str] | None = None) -> tuple[list[Finding], list[Finding]]:
     """The part of the binding checks that reads the discovery and the symbol table only, not the
     trace: imports and TYPE_CHECKING names (first), attribute reads (second). The pipeline may run
@@ -93,19 +93,20 @@ def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, use_cache: b
     from metax_audit.stages.checks.attributes import check_attributes
     from metax_audit.stages.checks.imports import check_port_imports, check_type_checking_names
 
-    memo = FileMemo(discovery.root, enabled=use_cache, kind=Kind.BINDING_FILE)
+    records = FileMemo(discovery.root, memo=memo, kind=Kind.BINDING_FILE)
     units = None
     if memo_common is not None:
         from metax_audit.stages.trace.memo import TraceMemo
 
-        units = TraceMemo(symbols.index, ["imports", *memo_common], use_cache=use_cache)
+        units = TraceMemo(symbols.index, ["imports", *memo_common], memo=memo)
     scope = [sf.path for sf in discovery.files if sf.parse_error is None and sf.path.endswith(".py")]
-    first = [*check_port_imports(discovery, symbols, memo, units), *check_type_checking_names(discovery, symbols, memo),
-             *names.check_undefined_names(scope, symbols, memo, caller_paths(discovery),
+    first = [*check_port_imports(discovery, symbols, records, units),
+             *check_type_checking_names(discovery, symbols, records),
+             *names.check_undefined_names(scope, symbols, records, caller_paths(discovery),
                                           frozenset(module_name(p) for p in scope)),
              *custom_ops.check_custom_ops(discovery, _registering_files(discovery), caller_paths(discovery))]
-    second = list(check_attributes(discovery, symbols, memo))
-    memo.save()
+    second = list(check_attributes(discovery, symbols, records))
+    records.save()
     return first, second
 
 
@@ -123,7 +124,7 @@ def _registering_files(discovery: Discovery) -> list[str]:
     return out
 
 
-def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, *, use_cache: bool = False,
+def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTable, *, memo: Memo = NO_MEMO,
                    memo_common: list[str] | None = None, calls_only: bool = False) -> list[Finding]:
     """Imports, attributes and call bindings of port code against port and upstream sources, asked of
     the review's one symbol table. Needs no stack facts (kernel imports and calls are the stack
@@ -132,15 +133,16 @@ def binding_checks(discovery: Discovery, trace: TraceResult, symbols: SymbolTabl
     caller file's call bindings are a unit of the trace memo (check_bindings)."""
     from metax_audit.stages.checks.binding import check_bindings
 
-    first, second = ([], []) if calls_only else discovery_checks(discovery, symbols, use_cache=use_cache,
-                                                                  memo_common=memo_common)
-    return [*first, *check_bindings(discovery.root, trace, symbols, memo_common, use_cache=use_cache), *second]
+    first, second = ([], []) if calls_only else discovery_checks(discovery, symbols, memo=memo, memo_common=memo_common)
+    return [*first, *check_bindings(discovery.root, trace, symbols, memo_common, memo=memo), *second]
 
 
 def dataflow_for_review(discovery: Discovery, config: AuditConfig, contracts: Contracts | None,
-                        memo_common: list[str] | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
+                        memo_common: list[str] | None = None, memo: Memo = NO_MEMO,
+                        ) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
     """LSE/layout/scale conventions followed from producing to consuming kernel calls."""
     if contracts is None:
         return [], [], []
     files = [f.path for f in discovery.files if f.parse_error is None]
-    return check_dataflow(discovery.root, files, contracts, port_package=config.port_package, memo_common=memo_common)
+    return check_dataflow(discovery.root, files, contracts, port_package=config.port_package, memo_common=memo_common,
+                          memo=memo)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from metax_audit.core.findings import make_finding, rule
+from metax_audit.core.memo import NO_MEMO, Memo, file_digest
 from metax_audit.core.models import CallSite, Category, Finding, Location, ParamFact, Severity, TraceResult
 from metax_audit.stages.checks.signatures import Binding, bind
 from metax_audit.stages.checks.stack import call_text, checked_calls
@@ -107,13 +108,13 @@ def _signature_text(fn: Func) -> str:
 
 
 def check_bindings(root: Path, trace: TraceResult, symbols: SymbolTable, memo_common: list[str] | None = None, *,
-                   use_cache: bool = True) -> Iterator[Finding]:
+                   memo: Memo = NO_MEMO) -> Iterator[Finding]:
     """Every call site in scope whose callee is port or upstream Python; one finding per call and rule.
     A call with several candidate callees is reported only when none of them binds.
 
     With `memo_common` (the upstream and base releases and the config), each caller file's calls are a
     unit of the trace memo (trace/memo.py): bound with resolvers of their own, kept with the port names
-    they read, served again while those look the same; `use_cache=False` computes every unit the same way."""
+    they read, served again while those look the same (asked of `memo`: NO_MEMO computes every unit the same way)."""
     groups: dict[tuple[str, int, str], list[CallSite]] = {}
     for call in checked_calls(trace):
         if call.origin in ("port", "upstream") and call.resolved and call.via != "kernel-launch" and not call.location.path.startswith(
@@ -126,10 +127,9 @@ def check_bindings(root: Path, trace: TraceResult, symbols: SymbolTable, memo_co
         for calls in groups.values():
             yield from _group_findings(root, calls, symbols, resolver, base, params_of, base_params_of)
         return
-    from metax_audit.cache.resultcache import file_digest
     from metax_audit.stages.trace.memo import TraceMemo, UnitResult
 
-    memo = TraceMemo(symbols.index, ["binding", *memo_common], use_cache=use_cache)
+    units = TraceMemo(symbols.index, ["binding", *memo_common], memo=memo)
     by_file: dict[str, list[tuple[str, int, str]]] = {}
     for key in groups:
         by_file.setdefault(key[0], []).append(key)
@@ -143,7 +143,7 @@ def check_bindings(root: Path, trace: TraceResult, symbols: SymbolTable, memo_co
             return ([list(_group_findings(root, groups[k], symbols, resolver, base, params_of, base_params_of)) for k in keys],
                     UnitResult(frozenset(), frozenset(), ()))
         parts = ["binding", path, file_digest(root / path), repr([groups[k] for k in keys])]
-        values, _ = memo.unit(parts, compute)
+        values, _ = units.unit(parts, compute)
         found.update(zip(keys, values, strict=True))
     for key in groups:  # the order of the calls, as without the memo
         yield from found[key]

@@ -229,7 +229,7 @@ def broken_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | 
         if units is None:
             missing = compute()[0]
         else:
-            from metax_audit.cache.resultcache import file_digest
+            from metax_audit.core.memo import file_digest
 
             parts = ["imports", path, file_digest(discovery.root / path)]
             missing = units.unit(parts if only is None else [*parts, "caller", *sorted(only)], compute)[0]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from metax_audit.core.contracts import Contracts
 from metax_audit.core.findings import make_finding, rule
+from metax_audit.core.memo import NO_MEMO, Memo
 from metax_audit.core.models import Category, Finding, Location, Severity, Unresolved
 from metax_audit.stages.checks.scales import scale_findings
 from metax_audit.stages.checks.stack import short_callee
@@ -96,9 +97,10 @@ def dataflow_findings(facts: DataflowFacts) -> list[Finding]:
 
 
 def check_dataflow(root: Path, files: Sequence[str], contracts: Contracts, *, port_package: str,
-                   memo_common: list[str] | None = None) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
+                   memo_common: list[str] | None = None, memo: Memo = NO_MEMO,
+                   ) -> tuple[list[LseFlow], list[Finding], list[Unresolved]]:
     """The dataflow stage and its checks in one call: (every flow with its verdict, the findings,
     the values the walk could not follow). With `memo_common` each file's walk is kept in the
     dataflow memo (dataflow/memo.py)."""
-    facts = follow(root, files, contracts, port_package=port_package, memo_common=memo_common)
+    facts = follow(root, files, contracts, port_package=port_package, memo_common=memo_common, memo=memo)
     return list(facts.flows), dataflow_findings(facts), list(facts.unresolved)

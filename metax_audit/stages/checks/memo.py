@@ -16,21 +16,21 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from metax_audit.cache import resultcache
-from metax_audit.cache.store import Key, Kind
+from metax_audit.core.memo import NO_MEMO, Kind, Memo, file_digest
 
 T = TypeVar("T")
 
 
 class FileMemo:
-    def __init__(self, root: Path, *, enabled: bool = True, kind: Kind = Kind.CHECKS_FILE) -> None:
+    def __init__(self, root: Path, *, memo: Memo = NO_MEMO, kind: Kind = Kind.CHECKS_FILE) -> None:
         self.root = root  # the snapshot; a unit may also be about a file of another tree (upstream's)
-        self.enabled = enabled
+        self.memo = memo
+        self.enabled = memo.enabled
         # A process of its own (the forked binding checks) keeps its records under another kind: two
         # writers of one record would each drop the other's units.
         self.kind = kind
         self._records: dict[Path, dict[Hashable, Any]] = {}
-        self._entries: dict[Path, Key] = {}
+        self._entries: dict[Path, tuple[str, str]] = {}
         self._digests: dict[Path, str] = {}
         self._dirty: set[Path] = set()
         self._fresh: set[tuple[Path, tuple[Hashable, ...]]] = set()
@@ -45,8 +45,8 @@ class FileMemo:
         full = (root or self.root) / path
         record = self._records.get(full)
         if record is None:
-            entry = self._entries[full] = resultcache.key(self.kind, path, self.digest(full))
-            loaded = resultcache.load(entry)
+            entry = self._entries[full] = (path, self.digest(full))
+            loaded = self.memo.load(self.kind, *entry)
             record = self._records[full] = loaded if isinstance(loaded, dict) else {}
         if unit in record:
             if (full, unit) not in self._fresh:  # asked again in this review is not "reused"
@@ -62,13 +62,13 @@ class FileMemo:
         """sha256 of the file's bytes, read once per review (a unit names another file's this way)."""
         found = self._digests.get(full)
         if found is None:
-            found = self._digests[full] = resultcache.file_digest(full)
+            found = self._digests[full] = file_digest(full)
         return found
 
     def save(self) -> None:
         """Write the records that gained a unit in this review (each once)."""
         for full in sorted(self._dirty):
-            resultcache.store(self._entries[full], self._records[full])
+            self.memo.store(self.kind, self._records[full], *self._entries[full])
         self._dirty.clear()
 
     def describe(self) -> str:

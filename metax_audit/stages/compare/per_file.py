@@ -7,9 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from metax_audit.cache.resultcache import digest as digest_of
-from metax_audit.cache.resultcache import file_digest, key, load, store, upstream_identity
-from metax_audit.cache.store import Kind
+from metax_audit.core.memo import NO_MEMO, Kind, Memo, file_digest
 from metax_audit.core.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
 
 if TYPE_CHECKING:
@@ -41,7 +39,8 @@ def _import_candidates(rel: str, text: str, package: str) -> list[str]:
     return sorted(out)
 
 
-def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: str) -> tuple[list[str], list[str], list[str]]:
+def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: str, memo: Memo,
+                ) -> tuple[list[str], list[str], list[str]]:
     """What the per-file compare keys read of a port file, kept under its bytes (parsing and scanning every
     port file was most of their cost, in the compare child on a staged review's critical path):
     compare.file_facts (the functions it defines, the port modules it imports names from) and the
@@ -52,8 +51,8 @@ def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: 
     from metax_audit.stages.compare import file_facts
 
     digest = digests[path] = digests.get(path) or file_digest(root / path)
-    entry = key(Kind.COMPARE_FACTS, path, digest, config.max_file_bytes, config.port_package, sys.version_info[:2])
-    kept = load(entry)
+    entry = (path, digest, config.max_file_bytes, config.port_package, sys.version_info[:2])
+    kept = memo.load(Kind.COMPARE_FACTS, *entry)
     if isinstance(kept, tuple) and len(kept) == 3:
         return kept
     src = read_source_cached((root / path).parent, Path(path).name, config.max_file_bytes)
@@ -64,7 +63,7 @@ def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: 
     else:
         candidates = _import_candidates(path, text, config.port_package)
     facts = (*file_facts(src.tree, config.port_package), candidates)
-    store(entry, facts)
+    memo.store(Kind.COMPARE_FACTS, facts, *entry)
     return facts
 
 
@@ -78,7 +77,7 @@ class CompareWork(NamedTuple):
 
 
 def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
-                   use_cache: bool = True) -> tuple[Comparison, list[Finding], CompareWork]:
+                   memo: Memo = NO_MEMO) -> tuple[Comparison, list[Finding], CompareWork]:
     """compare.compare, with each file's result kept under a key of its bytes, its registrations,
     the scope, the config, the upstream and base releases and the tool: a one-file change compares
     one file, and of it the functions whose text or reads changed. Returns the comparison, its findings
@@ -89,7 +88,8 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
 
     scope = frozenset(module_of(f.path) for f in discovery.files)
     # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
-    common = digest_of("compare-common", sorted(scope), repr(config), upstream_identity(upstream), upstream_identity(base))
+    use_cache = memo.enabled
+    common = memo.digest("compare-common", sorted(scope), repr(config), upstream, base)
     regs: dict[str, list[str]] = {}
     for r in discovery.registrations:
         for path in {r.location.path, r.resolved_path or ""}:
@@ -97,14 +97,14 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     # A file's comparison also reads the platform file and where other port files name its functions.
     refs = _PortRefs(discovery.root, config.port_package)
     digests: dict[str, str] = {}
-    facts = {f.path: _file_facts(discovery.root, config, digests, f.path) for f in discovery.files} if use_cache else {}
+    facts = {f.path: _file_facts(discovery.root, config, digests, f.path, memo) for f in discovery.files} if use_cache else {}
     deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if use_cache else {}
-    keys = {f.path: key(Kind.COMPARE, f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
-                        deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
+    keys = {f.path: (f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
+                     deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
             for f in discovery.files} if use_cache else {}
     hits: dict[str, Any] = {}
     for path, entry in keys.items():
-        value = load(entry)
+        value = memo.load(Kind.COMPARE, *entry)
         if isinstance(value, tuple) and len(value) == 3:
             hits[path] = value
     missing = tuple(f for f in discovery.files if f.path not in hits)
@@ -114,8 +114,8 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     if missing or not discovery.files:
         from dataclasses import replace
 
-        kept = KeptStore(lambda parts: load(key(Kind.COMPARE_PARTS, common, parts)),
-                         lambda parts, value: store(key(Kind.COMPARE_PARTS, common, parts), value)) if use_cache else None
+        kept = KeptStore(lambda parts: memo.load(Kind.COMPARE_PARTS, common, parts),
+                         lambda parts, value: memo.store(Kind.COMPARE_PARTS, value, common, parts)) if use_cache else None
         comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
@@ -134,7 +134,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
             fresh[x.location.path][2].append(x)
         if use_cache:
             for path, value in fresh.items():
-                store(keys[path], value)
+                memo.store(Kind.COMPARE, value, *keys[path])
     files: list[FileComparison] = []
     drift: list[Difference] = []
     findings: list[Finding] = []

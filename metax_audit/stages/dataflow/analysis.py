@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from metax_audit.core.contracts import Contracts, Convention
+from metax_audit.core.memo import NO_MEMO, Kind, Memo
 from metax_audit.core.models import Location, ProbeRequest, Unresolved
 from metax_audit.stages.dataflow.facts import (
     HT,
@@ -96,8 +97,9 @@ def scope_entry(mod: PortModule | None) -> ScopeEntry | None:
 
 
 class Analysis:
-    def __init__(self, root: Path, contracts: Contracts, port_package: str) -> None:
+    def __init__(self, root: Path, contracts: Contracts, port_package: str, memo: Memo = NO_MEMO) -> None:
         self.root, self.contracts, self.port = root, contracts, port_package
+        self.memo = memo
         self.res = Recorder()
         self._mods: dict[str, PortModule | None] = {}
         # The modules in scope: what a search by name looks through. Modules loaded later (a helper's
@@ -147,11 +149,8 @@ class Analysis:
     def _scope_entries(self) -> list[ScopeEntry | None]:
         if not self._scope_cached:
             return [scope_entry(self.module(p)) for p in self._scope_paths]
-        from metax_audit.cache.resultcache import FileProducts
-        from metax_audit.cache.store import Kind
-
         # a file's entry is a function of its bytes (its module name is its path), parsed by this interpreter
-        products = FileProducts(Kind.DATAFLOW_SCOPE, self.port, sys.version)
+        products = self.memo.products(Kind.DATAFLOW_SCOPE, self.port, sys.version)
         out = []
         for p in self._scope_paths:
             try:
@@ -363,22 +362,22 @@ def scale_form(arg: ast.expr) -> str | None:
     return None
 
 def follow(root: Path, files: Sequence[str], contracts: Contracts, *, port_package: str,
-           memo_common: list[str] | None = None) -> DataflowFacts:
+           memo_common: list[str] | None = None, memo: Memo = NO_MEMO) -> DataflowFacts:
     """Follow every LSE from a producing kernel call to each merge/reduction argument, and record
     scale arguments and unpackings on the way. `files` are repo-relative paths under `root` (the
     snapshot). Each file's walk is a unit: with `memo_common` (what every unit depends on besides
-    what it reads) a unit whose reads are unchanged is served from the dataflow memo."""
-    an = Analysis(Path(root), contracts, port_package)
+    what it reads) a unit whose reads are unchanged is served from the dataflow memo (asked of `memo`)."""
+    an = Analysis(Path(root), contracts, port_package, memo if memo_common is not None else NO_MEMO)
     paths = sorted(p for p in set(files) if p.endswith(".py"))
     # the whole scope, before any walk: name-based fallbacks must not depend on file order
-    an.load_scope(paths, cached=memo_common is not None)
-    memo = DataflowMemo(an, memo_common)
+    an.load_scope(paths, cached=memo_common is not None and memo.enabled)
+    walks = DataflowMemo(an, memo_common, an.memo)
     total = Recorder()
     for path in paths:
         if not an.parses(path):
             total.add_unresolved(Location(path), path, "file could not be parsed; its flows were not followed")
             continue
-        total.merge(memo.unit(path, partial(_walk_path, an, path)))
+        total.merge(walks.unit(path, partial(_walk_path, an, path)))
     an.res = total
     flows = sorted(an.res.flows.values(), key=lambda f: (f.consumer.location, f.consumer.arg, f.producer.location))
     # An argument untraced on one path (a loop's first pass) but traced on another is not unresolved.

@@ -10,11 +10,12 @@ the tool's identity (resultcache.key). A cache that cannot be read or written on
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+
+from metax_audit.core.memo import NO_MEMO, Kind, Memo, content_state
 
 T = TypeVar("T")
 
@@ -43,23 +44,19 @@ class Searches(Protocol):
 
 
 class DataflowMemo:
-    def __init__(self, an: Searches, common: list[str] | None) -> None:
+    def __init__(self, an: Searches, common: list[str] | None, memo: Memo = NO_MEMO) -> None:
         self.an = an
-        self.use_cache = common is not None
-        self.common = [*(common or []), an.port, _digest(an.contracts)] if self.use_cache else []
+        self.memo = memo if common is not None else NO_MEMO
+        self.common = [*(common or []), an.port, an.contracts]  # the contracts: the memo digests the record
         self._digests: dict[str, str | None] = {}
         self.served = 0
 
     def unit(self, path: str, compute: Callable[[], T]) -> T:
-        from metax_audit.cache import resultcache
-
-        if not self.use_cache:
+        units = self.memo.units(Kind.DATAFLOW_UNIT, *self.common, path)
+        if units is None:
             return compute()
-        from metax_audit.cache.store import Kind
-
-        entry = resultcache.key(Kind.DATAFLOW_UNIT, *self.common, path)
         root = str(self.an.root)
-        entries, hit = resultcache.find_unit(entry, root, self._state)
+        entries, hit = units.find(root, self._state)
         if hit is not None:
             self.served += 1
             served: T = hit[0]
@@ -73,23 +70,15 @@ class DataflowMemo:
         reads = {**{("file", p): self._state("file", p) for p in sorted(log.files | {path})},
                  **{("method", m): self._state("method", m) for m in sorted(log.methods)},
                  **{("ctor", n): self._state("ctor", n) for n in sorted(log.ctor_names)}}
-        resultcache.keep_unit(entry, root, reads, value, entries)
+        units.keep(root, reads, value, entries)
         return value
 
     def _state(self, kind: str, name: str) -> Any:
         if kind == "file":
             if name not in self._digests:
-                from metax_audit.cache.resultcache import content_state
-
                 self._digests[name] = content_state(self.an.root / name)
             return self._digests[name]
         if kind == "method":
             return [f.dotted for f in self.an.implementations(name)]
         return self.an.global_ctor(name)
 
-
-def _digest(value: Any) -> str:
-    """sha256 of a value as the cache keeps it (the contracts: frozen records)."""
-    from metax_audit.cache.records import registry
-
-    return hashlib.sha256(registry().dumps(value)).hexdigest()

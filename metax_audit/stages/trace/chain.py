@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 
 from metax_audit.core.config import AuditConfig
+from metax_audit.core.memo import NO_MEMO, Memo
 from metax_audit.core.models import (
     BackendChain,
     CallSite,
@@ -52,7 +53,7 @@ def _backend_registrations(registrations: tuple[Registration, ...]) -> list[Regi
 
 class _Tracer:
     def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None, symbols: SymbolTable | None = None,
-                 memo_common: list[str] | None = None, memo_count: MemoCount | None = None) -> None:
+                 memo_common: list[str] | None = None, memo_count: MemoCount | None = None, memo: Memo = NO_MEMO) -> None:
         self.discovery = discovery
         self.config = config
         if symbols is None:
@@ -62,7 +63,7 @@ class _Tracer:
         self._kernel_tops = frozenset(tops - {"torch"})
         self._fresh_resolver()
         # Without a key (no cache) the memo computes every unit, with the same per-unit resolvers.
-        self.memo = TraceMemo(self.index, memo_common or [], use_cache=memo_common is not None)
+        self.memo = TraceMemo(self.index, memo_common or [], memo=memo if memo_common is not None else NO_MEMO)
         if memo_count is not None:
             self.memo.count = memo_count
 
@@ -388,12 +389,12 @@ def is_kernel_call(c: CallSite) -> bool:
 
 def trace_backends(discovery: Discovery, config: AuditConfig, upstream_root: Path | None = None,
                    symbols: SymbolTable | None = None, memo_common: list[str] | None = None,
-                   memo_count: MemoCount | None = None) -> TraceResult:
+                   memo_count: MemoCount | None = None, memo: Memo = NO_MEMO) -> TraceResult:
     """Trace every registered attention backend (and MLA prefill backend) of the snapshot, by ast only.
 
     With `symbols` the trace reads through the review's one module index (which the checks ask
     afterwards, reusing every module parsed here); without, it builds its own over `upstream_root`.
     With `memo_common` (what every unit depends on besides its own reads: the upstream release and
-    the config) each backend's chain and each file's call sites are kept in the trace memo;
-    `memo_count` receives how many were served from it."""
-    return _Tracer(discovery, config, upstream_root, symbols, memo_common, memo_count).run()
+    the config) each backend's chain and each file's call sites are asked of `memo` (the review's keeps
+    them between reviews); `memo_count` receives how many were served from it."""
+    return _Tracer(discovery, config, upstream_root, symbols, memo_common, memo_count, memo).run()

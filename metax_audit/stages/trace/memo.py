@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from metax_audit.cache.resultcache import content_state
+from metax_audit.core.memo import NO_MEMO, Kind, Memo, content_state
 from metax_audit.stages.trace.modules import ModuleIndex, ReadLog, Skip
 
 T = TypeVar("T")
@@ -49,24 +49,22 @@ class MemoCount:
 
 
 class TraceMemo:
-    """Reads and writes units under the result cache; `common` names what every unit depends on."""
+    """Reads and writes units through the review's memo (NO_MEMO: every unit is traced); `common` names
+    what every unit depends on."""
 
-    def __init__(self, index: ModuleIndex, common: list[str], *, use_cache: bool = True) -> None:
+    def __init__(self, index: ModuleIndex, common: list[str], *, memo: Memo = NO_MEMO) -> None:
         self.index = index
         self.common = common
-        self.use_cache = use_cache
+        self.memo = memo
         self._states: dict[tuple[str, str], Any] = {}
         self.count = MemoCount()
 
     def unit(self, parts: list[Any], compute: Callable[[], tuple[T, UnitResult]]) -> tuple[T, UnitResult]:
         """The unit's value: stored when every port name and folder it read is unchanged, else computed
         (with the index's read log on) and stored with the state of what it read."""
-        from metax_audit.cache import resultcache
-        from metax_audit.cache.store import Kind
-
-        entry = resultcache.key(Kind.TRACE_UNIT, *self.common, *parts) if self.use_cache else None
+        units = self.memo.units(Kind.TRACE_UNIT, *self.common, *parts)
         root = str(self.index.port_root)
-        entries, hit = resultcache.find_unit(entry, root, self._state) if entry is not None else ([], None)
+        entries, hit = units.find(root, self._state) if units is not None else ([], None)
         if hit is not None:
             self.count.served[parts[0]] = self.count.served.get(parts[0], 0) + 1
             served: tuple[T, UnitResult] = hit[0]
@@ -84,10 +82,10 @@ class TraceMemo:
         # the skipped files a unit met are what the index logged (a unit computes its files and walk only)
         result = UnitResult(result.files, result.walked, tuple(sorted(log.skips.values(), key=lambda s: s.path)))
         self.count.computed[parts[0]] = self.count.computed.get(parts[0], 0) + 1
-        if entry is not None:
+        if units is not None:
             reads = {**{("name", n): self._state("name", n) for n in sorted(log.names)},
                      **{("folder", n): self._state("folder", n) for n in sorted(log.folders)}}
-            resultcache.keep_unit(entry, root, reads, (value, result), entries)
+            units.keep(root, reads, (value, result), entries)
         return value, result
 
     def _state(self, kind: str, name: str) -> Any:
