@@ -231,6 +231,21 @@ def test_links_fifos_and_folders_in_place_of_an_entry_are_rejected_at_once(audit
     assert not (tmp_path / "elsewhere" / "other.entry").exists()
 
 
+def test_the_stack_facts_cache_reads_no_link_and_no_fifo(tmp_path: Path) -> None:
+    from metax_audit.core.memo import read_kept_file
+    from metax_audit.stages.introspect.cache import _read_cache
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    entry = tmp_path / "entry.json"
+    entry.symlink_to(fifo)
+    assert _read_cache(entry) is None  # returns at once: no open() that waits for a writer
+    os.mkfifo(tmp_path / "plain-fifo")
+    assert read_kept_file(tmp_path / "plain-fifo") is None
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    assert _read_cache(tmp_path / "deep.json") is None
+
+
 def test_a_pickle_in_the_cache_is_never_loaded(audit_cache: Path, tmp_path: Path) -> None:
     from metax_audit.cache import resultcache
 

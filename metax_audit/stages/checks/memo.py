@@ -1,14 +1,14 @@
 # Per-file memo of the checks' work that is a function of one port file's bytes (plus what each unit
 # names in its own key): a one-file change recomputes that file's part, the rest is read back.
-"""One pickle per port file under <cache>/results/checks-file, keyed by resultcache.key (the tool's
-identity, the file's repo-relative path and the sha256 of its bytes). The pickle holds a dict
-unit -> value; a unit is a tuple naming the computation and every other input it reads (the
+"""One record per port file, asked of the review's Memo (core/memo.py; kind checks-file, inputs: the file's
+repo-relative path and the sha256 of its bytes; the result cache adds the tool's identity). The record is
+a dict unit -> value; a unit is a tuple naming the computation and every other input it reads (the
 packages asked for, the upstream counterpart's path and digest...). Only computations whose whole
 input is that file and the unit's own key are kept here: checks that read the trace, the installed
 stack or other port files through the symbol table are not (see each caller).
 
 A review loads each file's record at most once (on first use) and writes back, once, the records
-that gained a unit (save()). With `enabled=False` (`--no-cache`) every unit is computed."""
+that gained a unit (save()). With NO_MEMO (`--no-cache`) every unit is computed."""
 
 from __future__ import annotations
 

@@ -164,13 +164,16 @@ def upstream_registrations(upstream: UpstreamInfo,
     cacheable = (upstream.root / COMPLETE_MARKER).is_file()
     if cacheable and index.is_file():
         try:
-            data = json.loads(index.read_text(encoding="utf-8"))
+            from metax_audit.core.memo import read_kept_file
+
+            raw = read_kept_file(index)  # a link or a FIFO there is a miss, never a hang
+            data = json.loads(raw.decode("utf-8")) if raw is not None else {}
             if data.get("format") == _INDEX_FORMAT:
                 result = ([OpRegistration(*r) for r in data["regs"]], [tuple(d) for d in data["dynamic"]],
                           {k: set(v) for k, v in data["refs"].items()}, str(data["default_ns"]))
                 _MEMO[key] = result  # type: ignore[assignment]
                 return _MEMO[key]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
             pass  # rebuilt below
     refs: dict[str, set[str]] = {}
     regs, dynamic, default_ns = scan_python(upstream.root, upstream.package, "upstream python", "", refs)

@@ -88,7 +88,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
 
     scope = frozenset(module_of(f.path) for f in discovery.files)
     # digested once: the scope listed in each file's key made the keys quadratic (10k files: 10k lists of 10k)
-    use_cache = memo.enabled
+    enabled = memo.enabled
     common = memo.digest("compare-common", sorted(scope), repr(config), upstream, base)
     regs: dict[str, list[str]] = {}
     for r in discovery.registrations:
@@ -97,11 +97,11 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     # A file's comparison also reads the platform file and where other port files name its functions.
     refs = _PortRefs(discovery.root, config.port_package)
     digests: dict[str, str] = {}
-    facts = {f.path: _file_facts(discovery.root, config, digests, f.path, memo) for f in discovery.files} if use_cache else {}
-    deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if use_cache else {}
+    facts = {f.path: _file_facts(discovery.root, config, digests, f.path, memo) for f in discovery.files} if enabled else {}
+    deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if enabled else {}
     keys = {f.path: (f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
                      deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
-            for f in discovery.files} if use_cache else {}
+            for f in discovery.files} if enabled else {}
     hits: dict[str, Any] = {}
     for path, entry in keys.items():
         value = memo.load(Kind.COMPARE, *entry)
@@ -115,7 +115,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         from dataclasses import replace
 
         kept = KeptStore(lambda parts: memo.load(Kind.COMPARE_PARTS, common, parts),
-                         lambda parts, value: memo.store(Kind.COMPARE_PARTS, value, common, parts)) if use_cache else None
+                         lambda parts, value: memo.store(Kind.COMPARE_PARTS, value, common, parts)) if enabled else None
         comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
@@ -132,7 +132,7 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
             fresh[d.path][1].append(d)
         for x in found:
             fresh[x.location.path][2].append(x)
-        if use_cache:
+        if enabled:
             for path, value in fresh.items():
                 memo.store(Kind.COMPARE, value, *keys[path])
     files: list[FileComparison] = []

@@ -6,7 +6,7 @@ wins, as one shared recorder did) and reads (1) module files, its own and those 
 enters or looks for, logged by Analysis.module/has_file and compared by their bytes; (2) searches by
 name over the modules in scope (Analysis.implementations, Analysis.global_ctor), logged by name and
 compared by their answer in this snapshot; (3) the contracts and the port package, in the key with
-the tool's identity (resultcache.key). A cache that cannot be read or written only costs time."""
+the tool's identity (the review's Memo: core/memo.py). A cache that cannot be read or written only costs time."""
 
 from __future__ import annotations
 

@@ -276,14 +276,19 @@ def _tree_fingerprint(root: Path, suffixes: tuple[str, ...] | None = None) -> li
 
 
 def _read_cache(path: Path) -> StackFacts | None:
+    from metax_audit.core.memo import read_kept_file
+
+    raw = read_kept_file(path)  # a link or a FIFO in place of an entry is a miss, never a hang
+    if raw is None:
+        return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw.decode("utf-8"))
         if data.get("schema") != CACHE_SCHEMA:
             return None
         facts = {t: fact_from_json({**f, "target": t}) for t, f in data["facts"].items()}
         return StackFacts(python=str(data["python"]), captured_at=str(data["captured_at"]), host=str(data["host"]),
                           facts=facts, distributions=data.get("distributions") or {}, source="import")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # a missing or damaged entry is a miss
 
 

@@ -8,8 +8,8 @@ module index. The index logs every port name it was asked for (a lookup that fou
 file added there later changes the answer) and every port folder it listed; upstream reads are
 covered by the upstream identity in the key. A stored entry is used only when each of those names
 and folders looks now as it did then: the bytes of `name.py` and `name/__init__.py` and whether
-`name/` is a folder; a listed folder's entries. A cache that cannot be read or written only costs
-time (resultcache)."""
+`name/` is a folder; a listed folder's entries. The units are asked of the review's Memo (core/memo.py);
+a cache that cannot be read or written only costs time."""
 
 from __future__ import annotations
 
