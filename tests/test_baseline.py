@@ -81,14 +81,15 @@ def test_a_difference_folded_into_a_new_error_is_neither_fixed_nor_new_again() -
 
     import metax_audit.stages.compare  # noqa: F401  (declares the compare rules)
     from metax_audit.core.findings import make_finding
-    from metax_audit.core.models import Location
+    from metax_audit.core.models import Location, Site
     from metax_audit.pipeline.baseline import compare_with
     from metax_audit.stages.triage import merge_into_errors
     from tests.report_factory import FI, make_report
 
     hunk = f"{FI}:120 [call-changed] wrapper.run(-q_scale): upstream: wrapper.run(q, kv, q_scale=s) | port: wrapper.run(q, kv)"
     drift = make_finding("MXA203", Location(FI, 100, "Impl.forward"), "Impl.forward: 2 upstream changes not followed",
-                         (f"{hunk} -- may change what a kernel computes or whether it runs",), key="fn:Impl.forward")
+                         (f"{hunk} -- may change what a kernel computes or whether it runs",), key="fn:Impl.forward",
+                         sites=[Site(FI, 120, "Impl.forward", "call-changed", "wrapper.run(-q_scale)")])
     error = make_finding("MXA101", Location(FI, 120, "Impl.forward"),
                          "wrapper.run(..., enable_pdl=...) - installed run has no parameter 'enable_pdl'", key="run:enable_pdl")
     before = replace(make_report(), findings=tuple(merge_into_errors([drift])))

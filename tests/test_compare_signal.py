@@ -20,6 +20,7 @@ from metax_audit.core.models import (
     Location,
     ParamFact,
     Severity,
+    Site,
     SourceFile,
     StackFacts,
     UpstreamInfo,
@@ -407,13 +408,15 @@ def test_a_difference_at_the_line_of_an_error_joins_the_error_as_its_root_cause(
     error = Finding("MXA105", Category.SIGNATURE, Severity.ERROR, Location("vllm_metax/x.py", 912, "f"),
                     "positional lands on batch_size", ("installed: op(a, b)",))
     drift = Finding("MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING, Location("vllm_metax/x.py", 851, "f"), "2 upstream changes",
-                    (f"vllm_metax/x.py:851 [upstream-not-followed] a {KERNEL_LINE}", f"vllm_metax/x.py:912 [upstream-not-followed] b {KERNEL_LINE}"))
+                    (f"vllm_metax/x.py:851 [upstream-not-followed] a {KERNEL_LINE}", f"vllm_metax/x.py:912 [upstream-not-followed] b {KERNEL_LINE}"),
+                    sites=(Site("vllm_metax/x.py", 851, "f", "upstream-not-followed", "a"), Site("vllm_metax/x.py", 912, "f", "upstream-not-followed", "b")))
     other = Finding("MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING, Location("vllm_metax/x.py", 5, "g"), "elsewhere",
-                    (f"vllm_metax/x.py:5 [changed] c {KERNEL_LINE}",))
+                    (f"vllm_metax/x.py:5 [changed] c {KERNEL_LINE}",), sites=(Site("vllm_metax/x.py", 5, "g", "changed", "c"),))
     got = merge_into_errors([error, drift, other])
     assert [f.rule for f in got] == ["MXA105", "MXA201"]
     assert got[0].severity is Severity.ERROR and "root cause, also MXA203: 2 upstream changes" in got[0].evidence
     assert drift.evidence[1] in got[0].evidence
+    assert ("vllm_metax/x.py", 851) in {(x.path, x.line) for x in got[0].sites}  # the joined hunks stay sites of the error
 
 
 KERNEL_LINE = "-- may change what a kernel computes or whether it runs"

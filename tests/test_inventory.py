@@ -9,6 +9,7 @@ import pytest
 import report_factory as rf
 
 from metax_audit.core.errors import ConfigError
+from metax_audit.core.findings import make_finding
 from metax_audit.core.models import CallSite, Category, ConfigSwitch, Finding, Location, Severity
 from metax_audit.core.pysource import too_large
 from metax_audit.stages.inventory import _reaches, build_report, exit_code, summary_line
@@ -304,3 +305,22 @@ def test_contract_probe_is_named_for_an_unvalidated_difference_on_a_kernel_call(
                               "`metax-audit probe --target flashinfer:Wrapper --family paged-decode --probes lse`")
     kept = _validated(Difference("changed", "p/fi.py", 30, "Impl.forward", False, "", "a", "port tests"), [call, other], [], suggest)
     assert kept.validation == "port tests"  # no contract for the kernel called on line 30
+
+
+def test_a_finding_is_listed_on_the_page_of_every_file_it_stands_for():
+    """Sites are data: an import error whose second import is in another file is on both files' records,
+    in the JSON's `sites` and in SARIF's locations (it was only in an evidence string before)."""
+    from metax_audit.core.models import Site
+    from metax_audit.report.json_report import to_json_dict
+    from metax_audit.report.sarif import to_sarif_dict
+
+    f = make_finding("MXA122", Location(rf.FI, 26, "import:up.x:gone"), "imports 'gone' from up.x, which upstream does not define",
+                     ["port: two sites"], sites=[Site(rf.FI, 26, "", "import"), Site(rf.TRITON, 30, "", "import")])
+    report = build_report(**rf.inputs(findings=[f]))
+    assert f.id in _record(report, rf.FI).findings and f.id in _record(report, rf.TRITON).findings
+    assert _record(report, rf.TRITON).status == "needs-action"
+    data = next(x for x in to_json_dict(report)["findings"] if x["id"] == f.id)
+    assert [(s["path"], s["line"]) for s in data["sites"]] == [(rf.FI, 26), (rf.TRITON, 30)]
+    result = next(r for r in to_sarif_dict(report)["runs"][0]["results"] if r["partialFingerprints"]["metaxAuditFindingId/v2"] == f.id)
+    assert [(loc["physicalLocation"]["artifactLocation"]["uri"], loc["physicalLocation"]["region"]["startLine"])
+            for loc in result["locations"]] == [(rf.FI, 26), (rf.TRITON, 30)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metax_audit.core.models import Category, Finding, Location, Severity
+from metax_audit.core.models import Category, Finding, Location, Severity, Site
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ def make_finding(
     severity: Severity | None = None,
     *,
     key: str = "",
+    sites: tuple[Site, ...] | list[Site] = (),
 ) -> Finding:
     """`key` says what the finding is about when the message holds more (see fingerprints.py)."""
     r = RULES[rule_id]
@@ -46,6 +47,7 @@ def make_finding(
         message=message,
         evidence=tuple(evidence),
         key=key,
+        sites=tuple(sites),
     )
 
 

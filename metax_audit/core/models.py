@@ -55,6 +55,24 @@ class Location:
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
+@dataclass(frozen=True)
+class Site:
+    """One place a finding stands for (a hunk of a difference, an import, a call, a use that fails with it):
+    typed evidence, so renderers format it and later passes read it without parsing a string back."""
+
+    path: str
+    line: int = 0
+    symbol: str = ""
+    kind: str = ""  # what is there: a difference kind ("upstream-not-followed"), "import", "use", "call", "read"
+    detail: str = ""  # the statement or the change, as the stage that found it wrote it
+    verdict: str = ""  # "" when it may change what a kernel computes; "info: why", "declared: reason" otherwise
+    upstream: str = ""  # the upstream path:line it follows, "" when none
+    change: str = ""  # for drift, what upstream did after the base release (Difference.change)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
 # The closed sets of words the records use (typing.Literal: the values stay plain strings in the
 # JSON report and in comparisons, and mypy checks every place that writes one).
 SnapshotMode = Literal["staged", "worktree", "rev", "installed", "directory"]
@@ -324,6 +342,9 @@ class Difference:
     upstream_line: int | None = None
     note: str = ""  # why it is info (a known vendor adaptation, or the gate of a path the vendor never runs); "" = may change a kernel
     attribution: Attribution = ""
+    # For drift: what upstream did after the base release ("method-added", "statements-added", "changed",
+    # "signature-changed", ...), typed so later passes need not read it back from `detail`.
+    change: str = ""
 
 
 @dataclass(frozen=True)
@@ -415,6 +436,9 @@ class Finding:
     # Ids of the findings triage folded into this one (a difference that is an error's root cause, more
     # findings at one call): a baseline does not call them fixed (baseline.py).
     joined: tuple[str, ...] = ()
+    # Every place the finding stands for, its own location first when it is one of them (a file the sync
+    # left behind lists each function, an import error each import and each use that fails with it).
+    sites: tuple[Site, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -200,6 +200,8 @@ def _finding(f: Finding) -> dict[str, Any]:
         "symbol": f.location.symbol,
         "message": f.message,
         "evidence": list(f.evidence),
+        "sites": [{"path": x.path, "line": x.line, "symbol": x.symbol, "kind": x.kind, "detail": x.detail,
+                   "verdict": x.verdict, "upstream": x.upstream, "change": x.change} for x in f.sites],
         "waived": f.waived,
         "waiver_reason": f.waiver_reason,
         "content": f.content,

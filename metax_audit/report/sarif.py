@@ -139,6 +139,18 @@ def _result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
         if f.location.symbol:
             loc["logicalLocations"] = [{"fullyQualifiedName": f.location.symbol}]
         result["locations"] = [loc]
+        # Every other place the finding stands for (the functions of a file the sync left behind, the other
+        # import sites, the uses that fail with it) is a location of the same result.
+        seen = {(f.location.path, f.location.line)}
+        for site in f.sites:
+            if site.path in ("", ".") or (site.path, site.line) in seen:
+                continue
+            seen.add((site.path, site.line))
+            more: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": uri(site.path), "uriBaseId": "%SRCROOT%"},
+                                                         "region": {"startLine": max(site.line, 1)}}}
+            if site.symbol:
+                more["logicalLocations"] = [{"fullyQualifiedName": site.symbol}]
+            result["locations"].append(more)
     if f.waived:
         result["suppressions"] = [{"kind": "external", "justification": f.waiver_reason or "waived"}]
     return result

@@ -88,10 +88,14 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "`self._cached_module.plan(..., torch.cuda.current_stream().cuda_stream)`: 16 positionals where flashinfer's "
                 "own calls pass 15"),),
     "MXA120": ((E, "the port imports a name the installed kernel package does not provide: ImportError",
-                "`from flashinfer.decode import _gone`"),),
+                "`from flashinfer.decode import _gone`"),
+               (I, "every import of the name is guarded (try/except ImportError): the fallback runs, the guard is the evidence",
+                "`try: from flashinfer import trtllm_decode except ImportError: trtllm_decode = None`"),),
     "MXA122": ((E, "the port imports a module or name its provider (the port snapshot or the upstream release) does not define: "
                    "ImportError when the module loads, or when the function with the lazy import runs",
-                "`from vllm.v1.attention.backends.utils import get_kv_cache_layout` after upstream removed it"),),
+                "`from vllm.v1.attention.backends.utils import get_kv_cache_layout` after upstream removed it"),
+               (I, "the import is guarded (try/except ImportError, an availability check): the guard is the evidence",
+                "`try: from vllm_port._build_info import __version__ except ImportError: __version__ = 'dev'`"),),
     "MXA123": ((E, "a name imported only under `if TYPE_CHECKING:` is evaluated at runtime (code or an eager annotation): "
                    "NameError when the module is imported or the code runs",
                 "`def plan(self, spec: KVCacheSpec) -> None` without `from __future__ import annotations`, KVCacheSpec imported for typing only"),),
@@ -166,6 +170,9 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "`AscendMLAImpl` without `forward_mha`, abstract in vLLM's MLAAttentionImpl, returned by get_impl_cls"),
                (W, "the port class does not define an abstract method of its upstream base: instantiating it raises TypeError",
                 "`MacaFlashInferBackend` without the abstract `get_kv_cache_stride_order` of its ABC base"),),
+    "MXA209": ((W, "the last sync left the file in the base release's form: its functions that keep the earlier form are one "
+                   "finding, each function a site (joined to the module's import of a name upstream removed, when there is one)",
+                "flashinfer.py keeps 0.25's KV-cache layout in get_kv_cache_shape, forward and do_kv_cache_update"),),
     "MXA210": ((W, "a waiver matches no finding: it is stale and may hide a future finding",
                 "waiver for MXA201 at flashinfer.py `FlashInferImpl.forward` after the function was rewritten"),),
     "MXA211": ((W, "a waiver is past its expiry date",

@@ -89,6 +89,10 @@ def build_report(
     by_path: dict[str, list[Finding]] = {}
     for f in all_findings:
         by_path.setdefault(f.location.path, []).append(f)
+        # A finding that stands for places in other files (an import error's other sites, a grouped root
+        # cause) is listed on each of their pages too.
+        for other in dict.fromkeys(s.path for s in f.sites if s.path not in ("", ".", f.location.path)):
+            by_path.setdefault(other, []).append(f)
 
     sorted_probes = tuple(sorted(probes, key=_probe_key))
     records = [

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from metax_audit.core.models import CallSite, Category, Finding, Severity, StackFacts
+from metax_audit.core.findings import make_finding, rule
+from metax_audit.core.models import CallSite, Category, Finding, Location, Severity, Site, StackFacts
 from metax_audit.core.pysource import cached_text, read_source_cached, walk_nodes
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
     """Demote the differences the installed stack explains, merge findings of one call or flow, and say
     which findings are about a statement the port inherited unchanged from upstream."""
     out = [_signature_demotion(f, calls, facts) for f in findings]
-    return label_inherited(merge_into_errors(group_per_call(out)), counterparts)
+    return label_inherited(group_left_behind(merge_into_errors(group_per_call(out))), counterparts)
 
 
 # ---------------------------------------------------------------- the installed signature explains it
@@ -153,11 +154,7 @@ def merge_into_errors(findings: Sequence[Finding]) -> list[Finding]:
     for f in findings:
         hit = None
         if f.rule in _COMPARE_RULES and f.severity is not Severity.ERROR:
-            for e in f.evidence:
-                m = re.match(r"^(\S+?):(\d+) \[", e)
-                if m and (m.group(1), int(m.group(2))) in errors:
-                    hit = (m.group(1), int(m.group(2)))
-                    break
+            hit = next(((x.path, x.line) for x in f.sites if (x.path, x.line) in errors), None)
         if hit is None:
             out.append(f)
         else:
@@ -167,7 +164,7 @@ def merge_into_errors(findings: Sequence[Finding]) -> list[Finding]:
         joined = absorbed.get((f.location.path, f.location.line), []) if f.severity is Severity.ERROR else []
         if joined:
             extra = [line for j in joined for line in (f"root cause, also {j.rule}: {j.message}", *j.evidence)]
-            f = replace(f, evidence=(*f.evidence, *extra), joined=_joined(f, joined))
+            f = replace(f, evidence=(*f.evidence, *extra), joined=_joined(f, joined), sites=_sites(f, joined))
         merged.append(f)
     return merged
 
@@ -183,12 +180,88 @@ def _merge(group: list[Finding]) -> Finding:
         evidence.append(f"({i}) {f.message}")
         evidence.extend(e for e in f.evidence if e not in evidence)
     return replace(first, location=replace(first.location, symbol=symbol), message=message, evidence=tuple(evidence),
-                   joined=_joined(first, group[1:]))
+                   joined=_joined(first, group[1:]), sites=_sites(first, group[1:]))
+
+
+def _sites(into: Finding, others: Sequence[Finding]) -> tuple[Site, ...]:
+    """Every place a merged finding stands for: its own, then the others' (their locations when they had none)."""
+    out: list[Site] = list(into.sites) or [Site(into.location.path, into.location.line, into.location.symbol)]
+    for f in others:
+        out.extend(f.sites or [Site(f.location.path, f.location.line, f.location.symbol, f.rule, f.message)])
+    return tuple(dict.fromkeys(out))
 
 
 def _joined(into: Finding, others: Sequence[Finding]) -> tuple[str, ...]:
     """The ids a merged finding stands for besides its own: the others' and what they had joined."""
     return tuple(dict.fromkeys((*into.joined, *(x for f in others for x in (f.id, *f.joined)))))
+
+
+# ---------------------------------------------------------------- a file the last sync left behind
+
+
+rule("MXA209", Category.UPSTREAM_DRIFT, Severity.WARNING,
+     "the last sync left this file in the base release's form",
+     "Upstream changed the file between the base release and the target, and the port followed none of it: the "
+     "functions that keep the earlier form (a layout, a signature, a branch) are one root cause, one finding listing "
+     "every function as a site. When the module also imports a name upstream removed since the base release, that "
+     "import error is the same root cause and this finding is its evidence. An upstream addition the port lacks (a "
+     "new method such as a capability hook, new statements in a function otherwise alike) stays its own finding: "
+     "the sync would have brought it as a unit, and missing it changes what runs.")
+
+# What upstream did that the port lacks as a unit: its own root cause, not part of the file's old layout.
+_ADDITIONS = frozenset({"method-added", "statements-added", "kernel-argument-added"})
+
+
+def group_left_behind(findings: Sequence[Finding]) -> list[Finding]:
+    """One finding per file the last sync left behind (drift in it, nothing followed): its functions that keep
+    the base release's form are sites of one finding, which joins the module's import of a name upstream removed
+    since the base release when there is one (the same root cause); upstream additions stand alone."""
+    from metax_audit.stages.checks.imports import REMOVED_SINCE_BASE
+
+    followed = {f.location.path for f in findings if f.rule == "MXA204"}
+    kept: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.rule == "MXA203" and f.severity is Severity.WARNING and f.location.path not in followed and not _addition(f):
+            kept.setdefault(f.location.path, []).append(f)
+    groups = {p: g for p, g in kept.items() if len(g) > 1}
+    if not groups:
+        return list(findings)
+    removed_import = {f.location.path: f for f in findings if f.rule == "MXA122" and f.severity is Severity.ERROR
+                      and REMOVED_SINCE_BASE in f.evidence}
+    members = {id(f) for g in groups.values() for f in g}
+    out: list[Finding] = []
+    for f in findings:
+        if id(f) in members:
+            continue
+        group = groups.get(f.location.path) if f is removed_import.get(f.location.path) else None
+        if group is not None:
+            head = f"root cause, also the file's old form: {_left_behind_message(group)}"
+            f = replace(f, evidence=(*f.evidence, head, *(f"  {g.location}: {g.message}" for g in group)),
+                        joined=_joined(f, group), sites=_sites(f, group))
+        out.append(f)
+    for path, group in groups.items():
+        if path in removed_import:
+            continue
+        first = group[0]
+        out.append(make_finding("MXA209", Location(path, first.location.line, "file"), _left_behind_message(group),
+                                [f"{g.location}: {g.message}" for g in group] + [e for g in group for e in g.evidence
+                                                                               if e.startswith("attribution:")][:1],
+                                key=f"left-behind:{path}", sites=_sites(group[0], group[1:])))
+        out[-1] = replace(out[-1], joined=_joined(out[-1], group))
+    return out
+
+
+def _addition(f: Finding) -> bool:
+    """Every hunk that may change a kernel is something upstream added that the port lacks."""
+    live = [s for s in f.sites if not s.verdict]
+    return bool(live) and all(s.change in _ADDITIONS for s in live)
+
+
+def _left_behind_message(group: Sequence[Finding]) -> str:
+    hunks = sum(sum(1 for s in g.sites if s.kind == "upstream-not-followed") or 1 for g in group)
+    names = ", ".join(g.location.symbol for g in group)
+    return (f"the last sync left {group[0].location.path} in the base release's form: {hunks} upstream change(s) not "
+            f"followed in {len(group)} functions ({names})")
 
 
 # ---------------------------------------------------------------- inherited from upstream

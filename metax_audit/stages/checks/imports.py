@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.core.findings import make_finding, rule
-from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, StackFacts
+from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, Site, StackFacts
 from metax_audit.core.pysource import ImportedName, file_imported_names, imported_names, module_name, walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import build_note, source_line
@@ -57,16 +58,19 @@ def check_imports(discovery: Discovery, facts: StackFacts, memo: FileMemo | None
             severity = Severity.WARNING  # a dynamic export is invisible to a static read
             notes.append("read statically from source; a runtime-only export would not be seen")
         if all(i.guarded for i in imps):
-            severity = Severity.WARNING
-            notes.append("the import sits in a try/except: check the fallback path is what runs")
+            # A guarded import is the port saying the name may be absent: the guard is the evidence, and the
+            # fallback is what runs on this stack (info, never an import error).
+            severity = Severity.INFO
+            notes.append("guarded: every import sits in a try/except ImportError; the fallback path is what runs on this stack")
         dist = " ".join(x for x in (fact.distribution, fact.version) if x)
         what = f"{first.name!r} from {first.module}" if first.name else f"module {first.module}"
         more = f" (and {len(imps) - 1} more import site(s))" if len(imps) > 1 else ""
-        sites = [f"port: {i.path}:{i.line}: {source_line(discovery.root, i.path, i.line)}" for i in imps[:8]]
+        lines = [f"port: {i.path}:{i.line}: {source_line(discovery.root, i.path, i.line)}" for i in imps[:8]]
         yield make_finding("MXA120", Location(first.path, first.line, f"import:{target}"),
                            f"imports {what}, which installed {dist or first.module.split('.')[0]} does not provide{more}",
-                           [*sites, f"installed: {target} missing  [{fact.source}{' via ' + facts.source if facts.source.startswith('manifest:') else ''}{', ' + dist if dist else ''}]", *notes],
-                           severity=severity)
+                           [*lines, f"installed: {target} missing  [{fact.source}{' via ' + facts.source if facts.source.startswith('manifest:') else ''}{', ' + dist if dist else ''}]", *notes],
+                           severity=severity,
+                           sites=[Site(i.path, i.line, "", "import", source_line(discovery.root, i.path, i.line)) for i in imps])
     for top, imps in unchecked.items():
         first = imps[0]
         fact = facts.facts[first.target]
@@ -82,8 +86,9 @@ rule("MXA122", Category.IMPORT, Severity.ERROR, "port imports a module or name t
      "The import resolves against the port snapshot or the upstream release the port declares, and the module or the "
      "name is not there (nor re-exported, nor provided by a module __getattr__): importing the module raises "
      "ImportError, a lazy import fails when its function runs. One finding per missing name; the other import sites "
-     "and the uses that fail with it are in the evidence. A try/except ImportError or a condition lowers it to a "
-     "warning (the guarded feature is off), a TYPE_CHECKING-only import used only in annotations to info.")
+     "and the uses that fail with it are in the evidence. A try/except ImportError or an availability check lowers it "
+     "to info with the guard as evidence (the port expects the name may be absent; the fallback runs), a "
+     "TYPE_CHECKING-only import used only in annotations to info too.")
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,10 @@ def _try_guard(node: ast.Try) -> Guard | None:
     fallback = "; ".join(ast.unparse(s).splitlines()[0] for s in body[:2]) or "pass"
     what = ast.unparse(h.type) if h.type is not None else "(bare)"
     return Guard("try", f"except {what}: {fallback}", reraises)
+
+
+# A condition that asks whether something can be had: has_flashinfer(), is_torch_npu_available(), find_spec(...).
+_AVAILABILITY = re.compile(r"\b(has_\w+|\w*_available|is_available|find_spec|find_loader)\s*\(|\bHAS_\w+|\w+_AVAILABLE\b")
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -328,6 +337,7 @@ def _future_annotations(info: ModuleInfo) -> bool:
                for n in info.tree.body)
 
 
+REMOVED_SINCE_BASE = "the base release defines it: removed or renamed upstream since the port's last sync"
 FAILS_WITH = "fails with it: "  # evidence prefix of a use that breaks because of the finding's import
 READ = "read: "  # evidence prefix of an attribute read that fails (MXA125/126)
 _ROOT_CAUSES = frozenset({"MXA122", "MXA125", "MXA126", "MXA127"})
@@ -358,7 +368,7 @@ def _broken_finding(root: Path, b: BrokenImport) -> Finding:
     if a.near:
         ev.append("closest existing names: " + ", ".join(a.near))
     if b.at_base is True:
-        ev.append("the base release defines it: removed or renamed upstream since the port's last sync")
+        ev.append(REMOVED_SINCE_BASE)
     elif b.at_base is False:
         ev.append("the base release does not define it either")
     ev += why
@@ -367,8 +377,10 @@ def _broken_finding(root: Path, b: BrokenImport) -> Finding:
     if len(b.uses) > 8:
         ev.append(f"... and {len(b.uses) - 8} more uses")
     more = f" (and {len(b.sites) - 1} more import site(s))" if len(b.sites) > 1 else ""
+    sites = [Site(s.path, s.line, s.function, "import", source_line(root, s.path, s.line)) for s in b.sites]
+    sites += [Site(path, line, "", "use", text) for path, line, text in b.uses]
     return make_finding("MXA122", Location(first.path, first.line, f"import:{a.module}:{a.name or ''}"),
-                        f"imports {what}, which {a.label} does not define{more}", ev, severity=severity)
+                        f"imports {what}, which {a.label} does not define{more}", ev, severity=severity, sites=sites)
 
 
 def _severity(b: BrokenImport) -> tuple[Severity, list[str]]:
@@ -385,9 +397,12 @@ def _severity(b: BrokenImport) -> tuple[Severity, list[str]]:
         else:
             guards = [g for g in s.guards if not (g.kind == "try" and g.reraises)]
             if guards:
+                # The port guards the import (try/except ImportError, an availability check): the guard says
+                # the name may be absent and what runs then; info with the guard as evidence. Another condition
+                # (a platform or a version test) breaks whenever it holds: a warning.
                 g = guards[-1]
-                rank, sev = 2, Severity.WARNING
-                notes = [f"guarded: {g.text}" + (" - the fallback always runs on this stack" if g.kind == "try" else " - breaks when the condition holds")]
+                rank, sev = 2, Severity.INFO if g.kind == "try" or _AVAILABILITY.search(g.text) else Severity.WARNING
+                notes = [f"guarded: {g.text}" + (" - the fallback always runs on this stack" if g.kind == "try" else " - taken only when the condition holds")]
         if best is None or rank > best[0]:
             best = (rank, sev, notes)
     assert best is not None

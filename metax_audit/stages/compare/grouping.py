@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from metax_audit.core.findings import make_finding
-from metax_audit.core.models import Difference, Finding, Location, Severity
+from metax_audit.core.models import Difference, Finding, Location, Severity, Site
 from metax_audit.stages.compare.consequence import lead_rank
 from metax_audit.stages.compare.counterparts import FileCounterpart
 from metax_audit.stages.compare.rules import _ABSENT, R_ARCH, R_DRIFT, R_DRIFT_TAKEN, R_UNDECLARED
@@ -54,9 +54,23 @@ def _summary(group: list[Difference], what: str) -> tuple[Difference, str]:
     return lead, f"{len(group)} {what} in {where}; at line {lead.line}: "
 
 
+def _verdict(d: Difference) -> str:
+    return f"info: {d.note}" if d.note else ("declared: " + d.reason if d.declared else "")
+
+
+def hunk_site(d: Difference, upstream_path: str | None) -> Site:
+    """The typed record of one hunk (what the evidence line below renders)."""
+    return Site(d.path, d.line, d.symbol, d.kind, _short(d.detail, 200), _verdict(d),
+                f"{upstream_path}:{d.upstream_line}" if upstream_path and d.upstream_line else "", d.change)
+
+
+def hunk_line(s: Site) -> str:
+    """One hunk as an evidence line: "<path>:<line> [<kind>] <detail> -- <verdict>"."""
+    return f"{s.path}:{s.line} [{s.kind}] {s.detail} -- {s.verdict or 'may change what a kernel computes or whether it runs'}"
+
+
 def _hunk_line(d: Difference) -> str:
-    verdict = f"info: {d.note}" if d.note else ("declared: " + d.reason if d.declared else "may change what a kernel computes or whether it runs")
-    return f"{d.path}:{d.line} [{d.kind}] {_short(d.detail, 200)} -- {verdict}"
+    return hunk_line(hunk_site(d, None))
 
 
 def _attribution(group: list[Difference], env: _Env) -> str:
@@ -125,11 +139,13 @@ def _comparison_findings(diffs: list[Difference], drift: list[Difference], cp: F
         where = (f"upstream {cp.upstream_path}:{d.upstream_line} ({versions})" if rule_id == R_DRIFT
                  else f"upstream {cp.upstream_path}:{d.upstream_line}" if d.upstream_line else f"upstream {cp.upstream_path}")
         yield make_finding(rule_id, Location(d.path, d.line, d.symbol), _short(f"{d.symbol}: {d.detail}", 700),
-                           [where, f"port {d.path}:{d.line}", _hunk_line(d), f"declared: {d.reason}"], severity=Severity.INFO)
+                           [where, f"port {d.path}:{d.line}", _hunk_line(d), f"declared: {d.reason}"], severity=Severity.INFO,
+                           sites=[hunk_site(d, cp.upstream_path)])
     for group in _grouped(d for d in drift if d.kind == "upstream-followed"):
         lead, head = _summary(group, "upstream changes followed")
         yield make_finding(R_DRIFT_TAKEN, Location(lead.path, lead.line, lead.symbol), _short(head + lead.detail if head else lead.detail, 700),
-                           [f"upstream {cp.upstream_path}:{lead.upstream_line} ({versions})", *(_hunk_line(d) for d in group)])
+                           [f"upstream {cp.upstream_path}:{lead.upstream_line} ({versions})", *(_hunk_line(d) for d in group)],
+                           sites=[hunk_site(d, cp.upstream_path) for d in group])
 
 
 def _unit_finding(group: list[Difference], cp: FileCounterpart, env: _Env) -> Finding:
@@ -156,11 +172,12 @@ def _unit_finding(group: list[Difference], cp: FileCounterpart, env: _Env) -> Fi
         message += f" (and {', '.join(tail)} in the same function)"
     versions = f"{env.base or '?'} -> {env.target or '?'}"
     up_where = f"upstream {cp.upstream_path}:{lead.upstream_line}" if lead.upstream_line else f"upstream {cp.upstream_path}"
+    sites = [hunk_site(d, cp.upstream_path) for d in [*ordered, *others]]
     evidence = [f"{up_where} ({versions})" if rule_id == R_DRIFT and lead.upstream_line else up_where,
                 f"port {lead.path}:{lead.line}" if lead.line else f"port {lead.path}",
-                *(_hunk_line(d) for d in [*ordered, *others]), _attribution(group, env),
+                *(hunk_line(s) for s in sites), _attribution(group, env),
                 "not declared: no vendor marker or comment in or directly above"]
     # What it is about, without line numbers or counts: the function (or the dropped members, the kernel package).
     about = "fn:" + ",".join(sorted({d.symbol for d in group}))
     return make_finding(rule_id, Location(lead.path, lead.line, lead.symbol), _short(message, 700),
-                        [e for e in evidence if e], severity=_severity(group), key=about)
+                        [e for e in evidence if e], severity=_severity(group), key=about, sites=sites)

@@ -535,11 +535,13 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
             if uses:
                 detail = detail.replace("port drops: ", f"port drops (read only as {', '.join(f'{c}({k}=)' for c, k in uses)}): ", 1)
         drift = False
+        change = ""
         if bkeys is not None and u and kind not in {"arch-check", "foreign-platform-branch"} and _kept_base(u, p, bkeys):
             # Upstream wrote this after the base release and the port still has the base form.
+            change = "statements-added" if not p else "changed"
             kind, detail = "upstream-not-followed", f"upstream changed this after the base release; the port keeps the earlier form: {detail}"
             drift = True
         line = span[0] if p else span[0] - 1
         d = ctx.diff(kind, line, qual, detail, span, u[0].line if u else None)
         attribution = ctx.env.attribution(drift) if ctx.env is not None else ""
-        yield replace(d, note=_hunk_note(ctx, qual, kind, u, p, span), attribution=attribution)
+        yield replace(d, note=_hunk_note(ctx, qual, kind, u, p, span), attribution=attribution, change=change)

@@ -77,7 +77,7 @@ def _three_way(port: _Side, target: _Side, base: _Side, cp: FileCounterpart, env
         if followed:
             d = replace(d, action="none", validation="port tests")
         else:
-            d = replace(d, attribution="drift", note=_change_note(ctx, ch, span))
+            d = replace(d, attribution="drift", note=_change_note(ctx, ch, span), change=ch.kind)
         yield d
 
 

@@ -1,0 +1,52 @@
+# One finding per root cause, every site kept (triage): a file the last sync left behind, the import error
+# that is its symptom, the upstream additions that stand alone. Findings built by hand, as compare writes them.
+from __future__ import annotations
+
+from metax_audit.core.models import Category, Finding, Location, Severity, Site
+from metax_audit.stages.checks.imports import REMOVED_SINCE_BASE
+from metax_audit.stages.triage import group_left_behind
+
+PATH = "port/backends/fi.py"
+
+
+def _drift(line: int, symbol: str, change: str = "changed") -> Finding:
+    return Finding("MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING, Location(PATH, line, symbol), f"{symbol}: not followed",
+                   (f"{PATH}:{line} [upstream-not-followed] x -- may change what a kernel computes or whether it runs",),
+                   sites=(Site(PATH, line, symbol, "upstream-not-followed", "x", "", "", change),))
+
+
+def _import_error(removed: bool) -> Finding:
+    return Finding("MXA122", Category.IMPORT, Severity.ERROR, Location(PATH, 50, "import:up.utils:gone"),
+                   "imports 'gone' from up.utils, which upstream 2.0 does not define",
+                   ("port: fi.py:50", *([REMOVED_SINCE_BASE] if removed else [])), sites=(Site(PATH, 50, "", "import"),))
+
+
+def test_the_functions_a_sync_left_behind_are_one_finding_listing_each_function():
+    found = group_left_behind([_drift(10, "B.shape"), _drift(40, "I.forward"), _drift(90, "I.update")])
+    assert [f.rule for f in found] == ["MXA209"]
+    assert [(s.line, s.symbol) for s in found[0].sites] == [(10, "B.shape"), (40, "I.forward"), (90, "I.update")]
+    assert len(found[0].joined) == 3  # a baseline does not call the three drift findings fixed
+
+
+def test_an_upstream_addition_stands_alone():
+    found = group_left_behind([_drift(10, "B.shape"), _drift(40, "I.forward"), _drift(60, "B.supports_window", "method-added"),
+                               _drift(70, "M.workspace", "statements-added")])
+    assert sorted(f.rule + ":" + f.location.symbol for f in found) == ["MXA203:B.supports_window", "MXA203:M.workspace", "MXA209:file"]
+
+
+def test_the_old_form_joins_the_import_of_a_name_upstream_removed_since_the_base():
+    found = group_left_behind([_import_error(True), _drift(10, "B.shape"), _drift(40, "I.forward")])
+    assert [f.rule for f in found] == ["MXA122"]
+    assert {(s.line, s.symbol) for s in found[0].sites} >= {(50, ""), (10, "B.shape"), (40, "I.forward")}
+    assert any(e.startswith("root cause, also the file's old form") for e in found[0].evidence)
+
+
+def test_an_import_error_of_another_cause_stays_apart():
+    found = group_left_behind([_import_error(False), _drift(10, "B.shape"), _drift(40, "I.forward")])
+    assert sorted(f.rule for f in found) == ["MXA122", "MXA209"]
+
+
+def test_a_file_whose_sync_followed_something_is_not_left_behind():
+    followed = Finding("MXA204", Category.UPSTREAM_DRIFT, Severity.INFO, Location(PATH, 5, "B.x"), "followed")
+    found = group_left_behind([followed, _drift(10, "B.shape"), _drift(40, "I.forward")])
+    assert sorted(f.rule for f in found) == ["MXA203", "MXA203", "MXA204"]
