@@ -183,6 +183,19 @@ DEMOTIONS = {
         "class Backend:\n    supported_kv_cache_dtypes = ['auto', 'bfloat16', 'fp8']\n",
         "class Backend:\n    supported_kv_cache_dtypes = ['auto', 'bfloat16']\n",
         "the port narrows the list: the values it drops are refused at backend selection"),
+    "the port adds a value to a supported list": (
+        "class Backend:\n    supported_kv_cache_dtypes = ['auto', 'fp8']\n",
+        "class Backend:\n    supported_kv_cache_dtypes = ['auto', 'fp8', 'bfloat16']\n",
+        "a capability the port adds to upstream's list"),
+    "a vendor feature behind a dtype switch, and the code that uses what it chose": (
+        "def run(q, kv, cache_dtype):\n    out = gather_fp8(kv)\n    return attend(q, out)\n\nX = run(1, 2, 3)\n",
+        "def run(q, kv, cache_dtype):\n    gather = gather_fp8 if cache_dtype == 'fp8' else gather_bf16\n    out = gather(kv)\n"
+        "    return attend(q, out)\n\nX = run(1, 2, 3)\n",
+        "a vendor feature behind its own switch: the port branches on `cache_dtype == 'fp8'`"),
+    "a vendor feature behind the port's own env switch": (
+        "def make(q):\n    return Linear(q, quant=None)\n\nX = make(1)\n",
+        "import vllm_metax.envs as port_envs\n\n\ndef make(q):\n    return Linear(q, quant=cfg if port_envs.USE_FP8 else None)\n\nX = make(1)\n",
+        "(port_envs is the port's own)"),
 }
 
 
@@ -275,6 +288,14 @@ def test_imports_from_one_kernel_package_are_one_finding(tmp_path: Path) -> None
     _, findings = run(tmp_path, upstream, port)
     f = only(findings, "MXA201")
     assert sum(" [vendor-kernel-import] " in e for e in f.evidence) == 2 and f.severity is Severity.WARNING
+
+
+def test_the_same_names_from_the_kernel_package_upstream_vendors_a_copy_of_are_info(tmp_path: Path) -> None:
+    upstream = "from vllm.third_party.mla.mla_interface import mla_decode, mla_meta\n\ndef f(q):\n    return mla_decode(mla_meta(q))\n\nX = f(1)\n"
+    port = "from mla_vendor.mla_interface import mla_decode, mla_meta\n\ndef f(q):\n    return mla_decode(mla_meta(q))\n\nX = f(1)\n"
+    _, findings = run(tmp_path, upstream, port)
+    f = only(findings, "MXA201")
+    assert f.severity is Severity.INFO and "upstream vendors a copy of" in info_reason(f)
 
 
 # ---------------------------------------------------------------- declarations, moves, aliases

@@ -50,3 +50,22 @@ def test_a_file_whose_sync_followed_something_is_not_left_behind():
     followed = Finding("MXA204", Category.UPSTREAM_DRIFT, Severity.INFO, Location(PATH, 5, "B.x"), "followed")
     found = group_left_behind([followed, _drift(10, "B.shape"), _drift(40, "I.forward")])
     assert sorted(f.rule for f in found) == ["MXA203", "MXA203", "MXA204"]
+
+
+def _drops(path: str, line: int, symbol: str, *keywords: str, live_other: bool = False) -> Finding:
+    sites = [Site(path, line, symbol, "call-changed", "kernel(-a)", "", "", "", tuple(keywords))]
+    if live_other:
+        sites.append(Site(path, line + 5, symbol, "changed", "x = 2 * y"))
+    return Finding("MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING, Location(path, line, symbol), f"{symbol}: differs",
+                   sites=tuple(sites))
+
+
+def test_one_callee_left_without_upstream_keywords_at_n_sites_is_one_finding():
+    from metax_audit.stages.triage import group_keyword_drops
+
+    found = group_keyword_drops([_drops("a.py", 10, "A.f", "kernel:-fa_version"), _drops("b.py", 20, "B.g", "mod.kernel:-fa_version",
+                                                                                        "mod.kernel:-q_descale"),
+                                 _drops("c.py", 30, "C.h", "kernel:-fa_version", live_other=True)])
+    assert sorted(f.rule for f in found) == ["MXA201", "MXA212"]  # C.h changes more than the keywords: its own finding
+    grouped = next(f for f in found if f.rule == "MXA212")
+    assert {x.path for x in grouped.sites} == {"a.py", "b.py"} and "fa_version, q_descale" in grouped.message

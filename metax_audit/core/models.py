@@ -68,6 +68,7 @@ class Site:
     verdict: str = ""  # "" when it may change what a kernel computes; "info: why", "declared: reason" otherwise
     upstream: str = ""  # the upstream path:line it follows, "" when none
     change: str = ""  # for drift, what upstream did after the base release (Difference.change)
+    keywords: tuple[str, ...] = ()  # keyword changes at calls, "callee:+kw" / "callee:-kw" (Difference.keywords)
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}" if self.line else self.path
@@ -345,6 +346,9 @@ class Difference:
     # For drift: what upstream did after the base release ("method-added", "statements-added", "changed",
     # "signature-changed", ...), typed so later passes need not read it back from `detail`.
     change: str = ""
+    # The keyword changes at calls this hunk makes, typed: "callee:+kw" (the port passes it, upstream does not),
+    # "callee:-kw" (upstream passes it, the port does not: dropped, commented out, or a local read only as it).
+    keywords: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "message": f.message,
         "evidence": list(f.evidence),
         "sites": [{"path": x.path, "line": x.line, "symbol": x.symbol, "kind": x.kind, "detail": x.detail,
-                   "verdict": x.verdict, "upstream": x.upstream, "change": x.change} for x in f.sites],
+                   "verdict": x.verdict, "upstream": x.upstream, "change": x.change, "keywords": list(x.keywords)} for x in f.sites],
         "waived": f.waived,
         "waiver_reason": f.waiver_reason,
         "content": f.content,

@@ -215,6 +215,9 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA183": ((W, "the backend advertises non-causal attention but a kernel call fixes causal=True where upstream passes "
                    "the request's flag: those requests get a causal mask",
                 "`prefill_wrapper.plan(..., causal=True)` where upstream passes `causal=attn_metadata.causal`"),),
+    "MXA212": ((W, "calls of one callee leave out keywords upstream passes at several call sites, nothing else there may "
+                   "change a kernel, and the installed signature is unknown: one finding with every call site",
+                "`flash_attn_varlen_func(...)` without fa_version/q_descale at 5 calls in 4 functions, flash_attn not bound"),),
     "MXA300": ((I, "an adaptation sits behind a feature the platform switches off; the gate is the evidence",
                 "8 cascade places in flashinfer.py behind `disable_cascade_attn = True`"),),
     "MXA407": ((E, "an add-on probe measured semantics different from the expected hypothesis",

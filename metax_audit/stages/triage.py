@@ -34,7 +34,7 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
     """Demote the differences the installed stack explains, merge findings of one call or flow, and say
     which findings are about a statement the port inherited unchanged from upstream."""
     out = [_signature_demotion(f, calls, facts) for f in findings]
-    return label_inherited(group_left_behind(merge_into_errors(group_per_call(out))), counterparts)
+    return label_inherited(group_keyword_drops(group_left_behind(merge_into_errors(group_per_call(out)))), counterparts)
 
 
 # ---------------------------------------------------------------- the installed signature explains it
@@ -262,6 +262,60 @@ def _left_behind_message(group: Sequence[Finding]) -> str:
     names = ", ".join(g.location.symbol for g in group)
     return (f"the last sync left {group[0].location.path} in the base release's form: {hunks} upstream change(s) not "
             f"followed in {len(group)} functions ({names})")
+
+
+# ---------------------------------------------------------------- one change of a callee's keywords at N call sites
+
+
+rule("MXA212", Category.UNDECLARED_DIFFERENCE, Severity.WARNING,
+     "the port leaves out keywords upstream passes to one callee, at several call sites",
+     "Across the port, calls of one callee leave out keywords that upstream passes there (dropped, commented out, "
+     "or a local read only as that keyword), and nothing else in those functions may change a kernel: one root cause "
+     "(the callee the port binds takes another signature), one finding with every call site. When the installed "
+     "signature is known and lacks the keywords, the differences are info instead; this finding stands when it is not "
+     "(confirm the vendor build's signature, or capture a stack manifest).")
+
+
+def group_keyword_drops(findings: Sequence[Finding]) -> list[Finding]:
+    """Compare findings whose only live hunks leave out keywords of one callee are one finding per callee when
+    there are several: the same upstream keyword set not passed at N call sites is one root cause."""
+    by_callee: dict[str, list[Finding]] = {}
+    for f in findings:
+        callee = _only_drops_of(f) if f.rule in _COMPARE_RULES and f.severity is Severity.WARNING else ""
+        if callee:
+            by_callee.setdefault(callee, []).append(f)
+    groups = {c: g for c, g in by_callee.items() if len(g) > 1}
+    if not groups:
+        return list(findings)
+    members = {id(f): c for c, g in groups.items() for f in g}
+    out: list[Finding] = []
+    for f in findings:
+        callee = members.get(id(f))
+        if callee is None:
+            out.append(f)
+            continue
+        group = groups[callee]
+        if f is not group[0]:
+            continue
+        dropped = sorted({k.rsplit(":-", 1)[1] for g in group for x in g.sites for k in x.keywords if ":-" in k})
+        calls = sum(1 for g in group for x in g.sites if x.keywords and not x.verdict)
+        message = (f"calls of {callee} leave out keywords upstream passes ({', '.join(dropped)}) at {calls} call site(s) "
+                   f"in {len(group)} functions; nothing else there may change a kernel")
+        evidence = [f"{g.location}: {g.message}" for g in group]
+        merged = make_finding("MXA212", Location(f.location.path, f.location.line, f.location.symbol), message, evidence,
+                              key=f"keywords:{callee}", sites=_sites(group[0], group[1:]))
+        out.append(replace(merged, joined=_joined(merged, group)))
+    return out
+
+
+def _only_drops_of(f: Finding) -> str:
+    """The one callee whose keywords every live hunk of the finding leaves out, or ""."""
+    live = [x for x in f.sites if not x.verdict]
+    if not live or any(not x.keywords for x in live):
+        return ""
+    callees = {k.split(":", 1)[0].rsplit(".", 1)[-1] for x in live for k in x.keywords}
+    # Keywords the port adds at the same call are part of the same signature change (the vendor's own arguments).
+    return callees.pop() if len(callees) == 1 and any(":-" in k for x in live for k in x.keywords) else ""
 
 
 # ---------------------------------------------------------------- inherited from upstream

@@ -134,6 +134,9 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         return _guard_note(ctx, qual, u, p, span) if u and not port_arch else ""
     if kind == "feature-disabled" and any(isinstance(n, ast.Raise | ast.Assert) for n in pn):
         return "the port rejects this case up front (raise/assert): a path it does not run"
+    switch = _vendor_switch(ctx, un, pn) if kind not in {"kept", "arch-check", "upstream-not-followed"} else ""
+    if switch:
+        return switch
     pairs = _token_pairs(un, pn)
     swaps = [(a, b) for a, b, _ in pairs if b.strip()]
     drops = [a for a, b, _ in pairs if not b.strip()]
@@ -163,6 +166,81 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         if not kernel_relevant(texts) and not kernel_call_changed(un, pn):
             return NOT_KERNEL
     return ""
+
+
+# A test of what a value is stored or computed in: `kv_cache_dtype == "fp8_ds_mla"`, `w.dtype == torch.bfloat16`,
+# `cache_dtype.startswith("fp8")`, `self.kv_cache_dtype in ["auto", "bfloat16"]`.
+_DTYPE_NAME = re.compile(r"(^|_)dtype$")
+_DTYPE_VALUE = re.compile(r"^(auto|bfloat16|bf16|float16|fp16|half|float32|fp8\w*|int8|uint8|int4|fp4|nvfp4|mxfp4)$", re.IGNORECASE)
+
+
+VENDOR_SWITCH = "a vendor feature behind its own switch"
+
+
+def _vendor_switch(ctx: _Ctx, un: list[ast.AST], pn: list[ast.AST]) -> str:
+    """A vendor feature behind its own switch: the port's side adds a branch (an if, a conditional expression, a
+    boolean operand) whose test reads a dtype or a switch of the port's own package (its env module), and that test
+    is not upstream's. Upstream's path is what runs when the switch is off; the branch is the vendor's own code
+    (a dtype the port supports, a kernel it has), nothing upstream changed. Returns the note, or ""."""
+    up_tests = {ast.unparse(t) for n in un for t in _tests(n)}
+    for node in pn:
+        for test in _tests(node):
+            text = ast.unparse(test)
+            if text in up_tests:
+                continue
+            if _reads_dtype(test):
+                return f"{VENDOR_SWITCH}: the port branches on `{_short_text(text)}` (a dtype test upstream does not have)"
+            roots = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+            own = sorted(r for r in roots if r in ctx.port_names and not r[:1].isupper())
+            if own and any(isinstance(n, ast.Attribute) for n in ast.walk(test)):
+                return f"{VENDOR_SWITCH}: the port branches on `{_short_text(text)}` ({own[0]} is the port's own)"
+    return ""
+
+
+def _tests(node: ast.AST) -> list[ast.expr]:
+    out: list[ast.expr] = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.If | ast.IfExp | ast.While):
+            out.append(n.test)
+        elif isinstance(n, ast.BoolOp):
+            out.extend(n.values)
+        elif isinstance(n, ast.Assign | ast.AnnAssign) and isinstance(n.value, ast.Compare):
+            out.append(n.value)  # `use_bf16 = self.kv_cache_dtype in [...]`: the flag the branch reads
+        elif isinstance(n, ast.keyword) and isinstance(n.value, ast.Compare):
+            out.append(n.value)  # `is_fp8_kvcache=self.kv_cache_dtype == "fp8_ds_mla"`
+    return out
+
+
+def _reads_dtype(test: ast.expr) -> bool:
+    for n in ast.walk(test):
+        if isinstance(n, ast.Compare):
+            sides = [n.left, *n.comparators]
+            if any(_names_dtype(x) for x in sides) or any(_dtype_literal(x) for x in sides):
+                return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in {"startswith", "endswith"} \
+                and _names_dtype(n.func.value):
+            return True
+    return False
+
+
+def _names_dtype(x: ast.AST) -> bool:
+    name = x.attr if isinstance(x, ast.Attribute) else x.id if isinstance(x, ast.Name) else ""
+    return bool(_DTYPE_NAME.search(name))
+
+
+def _dtype_literal(x: ast.AST) -> bool:
+    if isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id == "torch":
+        return bool(_DTYPE_VALUE.match(x.attr))
+    if isinstance(x, ast.Constant) and isinstance(x.value, str):
+        return bool(_DTYPE_VALUE.match(x.value))
+    if isinstance(x, ast.List | ast.Tuple | ast.Set):
+        return bool(x.elts) and all(_dtype_literal(e) for e in x.elts)
+    return False
+
+
+def _short_text(text: str, limit: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _guard_note(ctx: _Ctx, qual: str, u: list[_Tok], p: list[_Tok], span: tuple[int, int]) -> str:

@@ -61,7 +61,7 @@ def _verdict(d: Difference) -> str:
 def hunk_site(d: Difference, upstream_path: str | None) -> Site:
     """The typed record of one hunk (what the evidence line below renders)."""
     return Site(d.path, d.line, d.symbol, d.kind, _short(d.detail, 200), _verdict(d),
-                f"{upstream_path}:{d.upstream_line}" if upstream_path and d.upstream_line else "", d.change)
+                f"{upstream_path}:{d.upstream_line}" if upstream_path and d.upstream_line else "", d.change, d.keywords)
 
 
 def hunk_line(s: Site) -> str:

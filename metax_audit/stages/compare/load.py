@@ -87,6 +87,8 @@ def _port_names(side: _Side, package: str) -> frozenset[str]:
     for node in ast.walk(side.tree):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == root):
             names.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):  # `import port.envs as port_envs`: the alias names the port's module
+            names.update(a.asname for a in node.names if a.asname and a.name.split(".")[0] == root)
     stack: list[ast.stmt] = list(side.tree.body)
     while stack:
         node = stack.pop()

@@ -15,9 +15,11 @@ from metax_audit.core.comments import iter_statements
 from metax_audit.core.models import Difference, DifferenceKind
 from metax_audit.core.pysource import dump
 from metax_audit.stages.compare.classify import (
+    VENDOR_SWITCH,
     _arch_constant,
     _arch_groups,
     _classify,
+    _commented_out_args,
     _flatten,
     _hunk_note,
     _kept_base,
@@ -41,6 +43,7 @@ from metax_audit.stages.compare.side import (
     _arch_in,
     _body,
     _callee,
+    _calls,
     _default_env,
     _Env,
     _only_raises,
@@ -111,7 +114,13 @@ def _compare_imports(ctx: _Ctx) -> Iterator[Difference]:
             where += ("; " if where else "") + f"not imported upstream: {', '.join(new)}"
         ulines = [u for *_, u in items if u]
         detail = f"import {names} from {', '.join(pmods)} ({where})"
-        yield ctx.diff(kind, pline, names, detail, _stmt_span(ctx.port, pline), min(ulines) if ulines else None)
+        d = ctx.diff(kind, pline, names, detail, _stmt_span(ctx.port, pline), min(ulines) if ulines else None)
+        if kind == "vendor-kernel-import" and umods and not new and all(
+                u.rsplit(".", 1)[-1] == p.rsplit(".", 1)[-1] for u in umods for p in pmods):
+            # The same names from a module of the same name: upstream's is a vendored copy of the kernel's interface.
+            d = replace(d, note="the same names from the kernel package that upstream vendors a copy of: the import rules "
+                                "check they resolve on the vendor's stack, the calls are bound against it")
+        yield d
     yield from _removed_imports(ctx)
 
 
@@ -277,6 +286,10 @@ def _member(ctx: _Ctx, d: Difference) -> Difference:
         note = "the port rejects this path (its body only raises): a path it does not run"
     elif d.kind == "class-attribute" and "port drops" in d.detail and "port adds" not in d.detail:
         note = "the port narrows the list: the values it drops are refused at backend selection"
+    elif d.kind == "class-attribute" and short.startswith("supported_") and "port adds" in d.detail and "port drops" not in d.detail:
+        # A capability the port advertises beyond upstream's: its own feature (its paths are the port's own
+        # branches, judged where they are; an advertised value no path handles is a capability finding).
+        note = "a capability the port adds to upstream's list: the vendor's own feature, its paths judged where they are"
     elif d.kind == "signature-changed":
         binds = _callers_bind_of(ctx, d.symbol)
         if ctx.log is not None:
@@ -501,6 +514,7 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
         else:
             opcodes.append((op, i1, i2, j1, j2))
     moves = _moves(opcodes, utoks, ptoks)
+    switches: dict[str, int] = {}  # the vendor switches' tests and the names they bind -> the switch's line
     for op, i1, i2, j1, j2 in opcodes:
         if (i1, i2) in moves.values():
             continue  # a statement moved within the function: reported once, where it is now
@@ -530,10 +544,16 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
             nxt = ptoks[j1].line if j1 < len(ptoks) else prev_end + 1
             span = (prev_end + 1, max(prev_end + 1, nxt))
         kind, detail = _classify(ctx, u, p)
+        keywords: tuple[str, ...] = ()
         if kind == "removed":
             uses = keyword_only_uses([t.node for t in u], ctx.up.funcs.get(qual), (u[0].line, max(t.end for t in u)))
             if uses:
                 detail = detail.replace("port drops: ", f"port drops (read only as {', '.join(f'{c}({k}=)' for c, k in uses)}): ", 1)
+                keywords = tuple(f"{c}:-{k}" for c, k in uses)
+        elif kind == "argument-commented-out":
+            keywords = tuple(f"{item.rsplit(':', 1)[0]}:-{item.rsplit(':', 1)[1]}" for item in _commented_out_args(ctx, u, p))
+        elif kind == "call-changed":
+            keywords = _keyword_deltas([t.node for t in u], [t.node for t in p])
         drift = False
         change = ""
         if bkeys is not None and u and kind not in {"arch-check", "foreign-platform-branch"} and _kept_base(u, p, bkeys):
@@ -544,4 +564,50 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
         line = span[0] if p else span[0] - 1
         d = ctx.diff(kind, line, qual, detail, span, u[0].line if u else None)
         attribution = ctx.env.attribution(drift) if ctx.env is not None else ""
-        yield replace(d, note=_hunk_note(ctx, qual, kind, u, p, span), attribution=attribution, change=change)
+        note = _hunk_note(ctx, qual, kind, u, p, span)
+        note = note or _under_switch(switches, [t.node for t in u], [t.node for t in p])
+        if note.startswith(VENDOR_SWITCH):
+            _record_switch(switches, [t.node for t in p], line)
+        yield replace(d, note=note, attribution=attribution, change=change, keywords=keywords)
+
+
+def _record_switch(switches: dict[str, int], pn: list[ast.AST], line: int) -> None:
+    """What a vendor-switch hunk brings: its tests (a dropped upstream branch on the same test moved there) and
+    the names it binds (`gather_kernel = a if dtype == x else b`: later hunks that use it are the same feature)."""
+    for node in pn:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.If | ast.IfExp):
+                switches.setdefault("test:" + ast.unparse(sub.test), line)
+            elif isinstance(sub, ast.Assign):
+                for t in sub.targets:
+                    if isinstance(t, ast.Name):
+                        switches.setdefault("name:" + t.id, line)
+
+
+def _under_switch(switches: dict[str, int], un: list[ast.AST], pn: list[ast.AST]) -> str:
+    """A hunk that reads a name a vendor switch of the same function binds, or drops an upstream branch on the very
+    test the switch now takes: part of that vendor feature (its note says where the switch is), else ""."""
+    if not switches:
+        return ""
+    for node in pn:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and "name:" + sub.id in switches:
+                return f"{VENDOR_SWITCH} (uses {sub.id}, which the switch at line {switches['name:' + sub.id]} sets)"
+    if un and not pn:
+        for node in un:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.If) and "test:" + ast.unparse(sub.test) in switches:
+                    return f"{VENDOR_SWITCH} (upstream's branch on `{ast.unparse(sub.test)}` is taken by the switch at line {switches['test:' + ast.unparse(sub.test)]})"
+    return ""
+
+
+def _keyword_deltas(un: list[ast.AST], pn: list[ast.AST]) -> tuple[str, ...]:
+    """The keywords added ("callee:+kw") and dropped ("callee:-kw") at calls both sides make (as _classify's
+    call-changed detail writes them, as data)."""
+    ucalls, pcalls = _calls(un), _calls(pn)
+    out: list[str] = []
+    for callee in sorted(set(ucalls) & set(pcalls)):
+        out += [f"{callee}:+{k}" for k in sorted(pcalls[callee] - ucalls[callee])]
+        out += [f"{callee}:-{k}" for k in sorted(ucalls[callee] - pcalls[callee])]
+    return tuple(out)
+
