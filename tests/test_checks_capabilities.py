@@ -137,6 +137,7 @@ class MyBuilder:
 
 class MyImpl:
     pass
+{impl_check}
 '''
 CAUSAL_UPSTREAM = '''
 class Builder:
@@ -146,14 +147,21 @@ class Builder:
 '''
 
 
-@pytest.mark.parametrize(("non_causal", "port_causal", "expected"), [
-    ("True", "True", ["MXA183"]),  # advertised non-causal, flag fixed where upstream passes the request's
-    ("False", "True", []),  # not advertised: a causal-only backend may fix it
-    ("True", "m.causal", []),  # follows upstream
+ASSERTS_FLAG = """
+    def forward(self, m, wrapper):
+        assert wrapper._causal == m.causal
+"""
+
+
+@pytest.mark.parametrize(("non_causal", "port_causal", "impl_check", "expected"), [
+    ("True", "True", "", ["MXA183"]),  # advertised non-causal, flag fixed where upstream passes the request's
+    ("True", "True", ASSERTS_FLAG, ["MXA183"]),  # ... and the impl asserts the planned flag is the request's: an error
+    ("False", "True", "", []),  # not advertised: a causal-only backend may fix it
+    ("True", "m.causal", "", []),  # follows upstream
 ])
-def test_causal_flag_against_advertised_non_causal(tmp_path: Path, non_causal: str, port_causal: str,
+def test_causal_flag_against_advertised_non_causal(tmp_path: Path, non_causal: str, port_causal: str, impl_check: str,
                                                    expected: list[str]) -> None:
-    text = CAUSAL_PORT.replace("{non_causal}", non_causal).replace("{port_causal}", port_causal)
+    text = CAUSAL_PORT.replace("{non_causal}", non_causal).replace("{port_causal}", port_causal).replace("{impl_check}", impl_check)
     write_tree(tmp_path, {"port/attn.py": text, "up/vllm/attn.py": CAUSAL_UPSTREAM})
     lines = text.splitlines()
     at = {n: next(i for i, ln in enumerate(lines, 1) if ln.startswith(f"class {n}")) for n in ("MyBackend", "MyBuilder", "MyImpl")}
@@ -168,5 +176,64 @@ def test_causal_flag_against_advertised_non_causal(tmp_path: Path, non_causal: s
         memo=memo))
     assert [f.rule for f in found] == expected
     if expected:
-        assert found[0].severity is Severity.WARNING
+        assert found[0].severity is (Severity.ERROR if impl_check else Severity.WARNING)
         assert found[0].evidence[2] == "upstream: vllm/attn.py:4: self.prefill.plan(q, causal=m.causal)"
+    if impl_check:
+        assert found[0].message.startswith("AssertionError when a non-causal request runs")
+        assert any(x.kind == "assert" and "wrapper._causal == m.causal" in x.detail for x in found[0].sites)
+
+
+# An MLA-style layer: the impl's base (beside the layer) sets the flag the layer's quantized path reads.
+OOT_LAYER = '''
+class _QuantOp(CustomOp):
+    def forward_oot(self, *args, **kwargs):
+        raise NotImplementedError("not on this device")
+
+
+class Layer:
+    def __init__(self):
+        self._quant_op = _QuantOp()
+
+    def forward_impl(self, q):
+        fp8 = is_quantized_kv_cache(self.kv_cache_dtype)
+        if fp8 and self.impl.supports_quant_query_input:
+            q = self._quant_op(q)
+        return self.impl.forward_mqa(q)
+
+
+class CommonImpl:
+    def __init__(self):
+        self.supports_quant_query_input = True
+'''
+OOT_BACKEND = '''
+class MyBackend:
+    supported_kv_cache_dtypes = ["auto", {dtypes}]
+
+
+class MyImpl(CommonImpl[int]):
+{impl_body}
+'''
+
+
+@pytest.mark.parametrize(("dtypes", "impl_body", "expected"), [
+    ('"fp8"', "    pass", ["MXA184"]),  # advertised fp8, the impl inherits the flag: the only path raises
+    ('"bfloat16"', "    pass", []),  # no quantized dtype advertised
+    ('"fp8"', "    def __init__(self):\n        self.supports_quant_query_input = False", []),  # the impl opts out
+])
+def test_an_advertised_dtype_whose_only_path_raises_on_the_vendor_is_an_error(tmp_path: Path, dtypes: str, impl_body: str,
+                                                                               expected: list[str]) -> None:
+    backend = OOT_BACKEND.replace("{dtypes}", dtypes).replace("{impl_body}", impl_body)
+    write_tree(tmp_path, {"port/layer.py": OOT_LAYER, "port/attn.py": backend})
+    lines = backend.splitlines()
+    at = {n: next(i for i, ln in enumerate(lines, 1) if ln.startswith(f"class {n}")) for n in ("MyBackend", "MyImpl")}
+    chain = BackendChain("MINE", "port.attn.MyBackend", None, True, (
+        ChainHop("backend", "port.attn.MyBackend", "port/attn.py", at["MyBackend"]),
+        ChainHop("impl", "port.attn.MyImpl", "port/attn.py", at["MyImpl"]),
+    ), (), ())
+    disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"), SourceFile("port/layer.py", "port.layer", "glob")),
+                     (), (), (), {})
+    found = [f for f in check_capabilities(disc, TraceResult((chain,), ())) if f.rule == "MXA184"]
+    assert [f.rule for f in found] == expected
+    if expected:
+        assert found[0].severity is Severity.ERROR and found[0].message.startswith("NotImplementedError when MINE runs with a 'fp8' KV cache")
+        assert {x.kind for x in found[0].sites} == {"advertised", "call", "raise"}

@@ -16,7 +16,7 @@ RECORDS: dict[str, tuple[str, ...]] = {
         "AuditReport", "BackendChain", "BaselineState", "CallArg", "CallSite", "Category", "ChainHop",
         "ConfigSwitch", "Coverage", "Difference", "Discovery", "FileComparison", "FileRecord", "Finding",
         "FlowEnd", "FlowStep", "Location", "LseFlow", "ParseProblem", "ParseProblemKind", "PriorityList",
-        "ProbeRequest", "ProbeResult", "Registration", "Severity", "SkippedFile", "SnapshotInfo", "SourceFile",
+        "ProbeRequest", "ProbeResult", "Registration", "Severity", "Site", "SkippedFile", "SnapshotInfo", "SourceFile",
         "StageRecord", "TestRun", "UnboundPackage", "Unresolved", "UnresolvedKind", "UpstreamInfo",
     ),
     "metax_audit.core.config": ("AuditConfig",),

@@ -212,9 +212,15 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "`supports_attn_type` accepts ENCODER_ONLY while `forward` asserts attn_type == DECODER"),),
     "MXA182": ((I, "the guard against an advertised value is the same in upstream's counterpart: upstream's limitation",
                 "an encoder path rejecting a quantized KV cache, as upstream does"),),
+    "MXA184": ((E, "the backend advertises a quantized KV-cache dtype whose only path runs a port CustomOp whose forward_oot "
+                   "only raises NotImplementedError (what an out-of-tree platform dispatches to): every such request fails",
+                "FLASHMLA lists 'fp8'; the MLA layer quantizes the decode query through a CustomOp whose forward_oot raises"),),
     "MXA183": ((W, "the backend advertises non-causal attention but a kernel call fixes causal=True where upstream passes "
                    "the request's flag: those requests get a causal mask",
-                "`prefill_wrapper.plan(..., causal=True)` where upstream passes `causal=attn_metadata.causal`"),),
+                "`prefill_wrapper.plan(..., causal=True)` where upstream passes `causal=attn_metadata.causal`"),
+               (E, "and the backend's own code asserts the wrapper's recorded causal flag equals the request's: a "
+                   "non-causal request fails that assert",
+                "`plan(causal=True)` on the non-causal wrapper, then `assert wrapper._causal == attn_metadata.causal`"),),
     "MXA212": ((W, "calls of one callee leave out keywords upstream passes at several call sites, nothing else there may "
                    "change a kernel, and the installed signature is unknown: one finding with every call site",
                 "`flash_attn_varlen_func(...)` without fa_version/q_descale at 5 calls in 4 functions, flash_attn not bound"),),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from metax_audit.core.findings import make_finding, rule
-from metax_audit.core.models import BackendChain, Category, Discovery, Finding, Location, Severity, TraceResult
+from metax_audit.core.models import BackendChain, Category, Discovery, Finding, Location, Severity, Site, TraceResult
 from metax_audit.core.pysource import walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import parse_file, source_line
@@ -29,7 +30,14 @@ rule("MXA183", Category.CLAIM, Severity.WARNING, "causal flag hard-coded althoug
      "The backend's supports_non_causal() returns True, so the selector routes non-causal (bidirectional) decoder "
      "attention to it, but a kernel call of its builder or impl passes causal=True where upstream's counterpart "
      "passes the request's flag: those requests are computed with a causal mask. Pass the metadata's causal flag "
-     "(as upstream does) or stop advertising non-causal support.")
+     "(as upstream does) or stop advertising non-causal support. An error when the backend's own code asserts that "
+     "the wrapper's recorded causal flag equals the request's: a non-causal request then fails that assert.")
+rule("MXA184", Category.CLAIM, Severity.ERROR, "advertised capability whose only path raises NotImplementedError on the vendor",
+     "The backend advertises a value (a quantized KV-cache dtype), the layer that runs its impl takes a path for "
+     "that value through a CustomOp of the port, and on an out-of-tree platform an enabled CustomOp runs forward_oot "
+     "(vLLM's CustomOp.dispatch_forward), whose body in the port only raises NotImplementedError: every request of "
+     "that configuration fails. The advertised value, the gate of the call (with the impl attribute it reads, as the "
+     "impl's class sets it) and the raising forward_oot are the evidence. Implement forward_oot or stop advertising.")
 rule("MXA182", Category.CLAIM, Severity.INFO, "advertised capability rejected on a path inherited unchanged from upstream",
      "The same guard is in upstream's counterpart: the limitation is upstream's, kept as is.")
 
@@ -355,6 +363,136 @@ def check_capabilities(discovery: Discovery, trace: TraceResult, *, upstream_roo
                 seen.add(key)
                 yield _finding(root, chain, backend[0], impl[0], adv, guard, ast.unparse(guard.test) in up_tests)
     yield from check_causal(discovery, trace, upstream_root=upstream_root, counterparts=counterparts or {}, memo=memo)
+    yield from check_oot_raises(discovery, trace)
+
+
+_QUANTIZED = re.compile(r"^(fp8\w*|int8\w*|fp4\w*|nvfp4\w*|int4\w*)$")
+
+
+def check_oot_raises(discovery: Discovery, trace: TraceResult) -> Iterator[Finding]:
+    """MXA184: a backend advertising a quantized KV-cache dtype whose layer calls, under a test of that dtype (and of
+    an impl attribute the impl's class sets True), a port CustomOp whose forward_oot only raises."""
+    root = discovery.root
+    trees = {f.path: t for f in discovery.files if f.path.endswith(".py") for t in [parse_file(str(root / f.path))] if t is not None}
+    classes = {n.name: (path, n) for path, t in trees.items() for n in t.body if isinstance(n, ast.ClassDef)}
+    raising = {name: (path, fn.lineno) for name, (path, cls) in classes.items() for fn in cls.body
+               if isinstance(fn, ast.FunctionDef) and fn.name == "forward_oot" and _only_raises_not_implemented(fn)}
+    if not raising:
+        return
+    seen: set[tuple[str, int, str]] = set()
+    for path, tree in trees.items():
+        for holder in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            ops = {attr: name for attr, name in _self_constructed(holder).items() if name in raising}
+            for fn, call, gate, attr in _gated_op_calls(holder, ops):
+                impl_attrs = [a for a in _impl_attrs(gate)]
+                if not _reads_quantized_kv(fn, gate):
+                    continue
+                for chain in trace.backends:
+                    backend, impl = _hop(chain, "backend"), _hop(chain, "impl")
+                    bcls = _class(root, *backend) if backend else None
+                    if backend is None or impl is None or bcls is None:
+                        continue
+                    quantized = [a for a in advertised(bcls) if a.capability == "kv-cache dtype" and isinstance(a.value, str)
+                                 and _QUANTIZED.match(a.value)]
+                    mro = _port_mro(impl[1].rsplit(".", 1)[-1], classes)
+                    if not quantized or not any(p == path for p, _ in mro):  # the impl's base lives beside the layer
+                        continue
+                    values = {a: _attr_value(mro, a) for a in impl_attrs}
+                    if any(v is not True for v, _ in values.values()):
+                        continue
+                    key = (path, call.lineno, chain.name)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    op_path, op_line = raising[ops[attr]]
+                    adv = quantized[0]
+                    yield make_finding(
+                        "MXA184", Location(path, call.lineno, f"oot-raises:{chain.name}:{ops[attr]}"),
+                        f"NotImplementedError when {chain.name} runs with a {adv.value!r} KV cache: {holder.name}.{fn.name} calls "
+                        f"self.{attr} ({ops[attr]}) under `{ast.unparse(gate)}`, and on an out-of-tree platform its forward_oot "
+                        f"only raises", [
+                            f"advertised: {backend[0]}:{adv.line}: {adv.text}",
+                            f"path: {path}:{call.lineno}: {source_line(root, path, call.lineno)}  (under `{ast.unparse(gate)}`)",
+                            *(f"impl: {where}: {a} is True for {impl[1].rsplit('.', 1)[-1]}" for a, (_, where) in values.items()),
+                            f"raises: {op_path}:{op_line}: {ops[attr]}.forward_oot only raises NotImplementedError",
+                            "contract: vLLM's CustomOp.dispatch_forward runs forward_oot when current_platform.is_out_of_tree()",
+                        ],
+                        sites=[Site(backend[0], adv.line, chain.name, "advertised", adv.text),
+                               Site(path, call.lineno, f"{holder.name}.{fn.name}", "call", ast.unparse(gate)),
+                               Site(op_path, op_line, f"{ops[attr]}.forward_oot", "raise")])
+
+
+def _only_raises_not_implemented(fn: ast.FunctionDef) -> bool:
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None \
+        and "NotImplementedError" in ast.unparse(body[0].exc)
+
+
+def _self_constructed(cls: ast.ClassDef) -> dict[str, str]:
+    """`self.<attr> = Name(...)` anywhere in the class: attr -> class name."""
+    out: dict[str, str] = {}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    out[t.attr] = node.value.func.id
+    return out
+
+
+def _gated_op_calls(cls: ast.ClassDef, ops: dict[str, str]) -> Iterator[tuple[ast.FunctionDef, ast.Call, ast.expr, str]]:
+    """Calls `self.<op>(...)` in the class's methods with the test of the innermost `if` holding them."""
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.If):
+                for call in (c for st in node.body for c in ast.walk(st) if isinstance(c, ast.Call)):
+                    f = call.func
+                    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr in ops:
+                        yield fn, call, node.test, f.attr
+
+
+def _impl_attrs(gate: ast.expr) -> list[str]:
+    """`self.impl.<attr>` read by the gate."""
+    return [n.attr for n in ast.walk(gate) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
+            and n.value.attr == "impl"]
+
+
+def _reads_quantized_kv(fn: ast.FunctionDef, gate: ast.expr) -> bool:
+    """The gate reads a name the function sets from a quantized-KV-cache test (`x = is_quantized_kv_cache(...)`)."""
+    names = {n.id for n in ast.walk(gate) if isinstance(n, ast.Name)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            text = ast.unparse(node.value)
+            if "quantized_kv_cache" in text or re.search(r"kv_cache_dtype.*fp8|fp8.*kv_cache_dtype", text):
+                return True
+    return False
+
+
+def _port_mro(name: str, classes: dict[str, tuple[str, ast.ClassDef]]) -> list[tuple[str, ast.ClassDef]]:
+    """The port classes of `name`'s bases, depth first (names resolved among the files in scope)."""
+    out: list[tuple[str, ast.ClassDef]] = []
+    todo = [name]
+    while todo:
+        found = classes.get(todo.pop(0))
+        if found is None or found in out:
+            continue
+        out.append(found)
+        todo.extend(ast.unparse(b.value if isinstance(b, ast.Subscript) else b).rsplit(".", 1)[-1] for b in found[1].bases)
+    return out
+
+
+def _attr_value(mro: list[tuple[str, ast.ClassDef]], attr: str) -> tuple[object, str]:
+    """The constant the first class of the MRO that sets `attr` (class level or `self.attr = ...`) gives it."""
+    for path, cls in mro:
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+                for t in targets:
+                    hit = (isinstance(t, ast.Name) and t.id == attr) or (
+                        isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == "self")
+                    if hit:
+                        value = node.value.value if isinstance(node.value, ast.Constant) else None
+                        return value, f"{path}:{node.lineno} {cls.name}"
+    return None, ""
 
 
 def _non_causal(cls: ast.ClassDef) -> int | None:
@@ -398,6 +536,21 @@ def _class_causal_calls(root: Path, path: str, qualname: str) -> list[tuple[str,
     return None if cls is None else _causal_calls(cls)
 
 
+def _file_causal_asserts(root: Path, path: str) -> list[tuple[str, int, str]]:
+    """`assert <wrapper>._causal == <metadata>.causal` (either order, == or is): the port's own check that the causal
+    flag a kernel was planned with is the request's."""
+    tree = parse_file(str(root / path))
+    out: list[tuple[str, int, str]] = []
+    for node in ast.walk(tree) if tree is not None else ():
+        test = node.test if isinstance(node, ast.Assert) else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
+            sides = [test.left, test.comparators[0]]
+            names = sorted(x.attr for x in sides if isinstance(x, ast.Attribute))
+            if names == ["_causal", "causal"]:
+                out.append((path, node.lineno, ast.unparse(node)))
+    return out
+
+
 def _class_non_causal(root: Path, path: str, qualname: str) -> int | None:
     cls = _class(root, path, qualname)
     return None if cls is None else _non_causal(cls)
@@ -436,12 +589,27 @@ def check_causal(discovery: Discovery, trace: TraceResult, *, upstream_root: Pat
                     continue
                 seen.add((hop[0], ln))
                 up_line, up_text = theirs[0]
-                yield make_finding("MXA183", Location(hop[0], ln, f"causal:{chain.name}:{method}:{tail}"),
-                                   f"{chain.name} advertises non-causal attention, but {method} calls {tail}(causal=True) "
-                                   f"where upstream passes causal={up_text}",
-                                   [f"advertised: {backend[0]}:{line}: supports_non_causal() returns True",
-                                    f"port: {hop[0]}:{ln}: {source_line(root, hop[0], ln)}  (in {method})",
-                                    f"upstream: {up_path}:{up_line}: {source_line(upstream_root, up_path, up_line)}"])
+                evidence = [f"advertised: {backend[0]}:{line}: supports_non_causal() returns True",
+                            f"port: {hop[0]}:{ln}: {source_line(root, hop[0], ln)}  (in {method})",
+                            f"upstream: {up_path}:{up_line}: {source_line(upstream_root, up_path, up_line)}"]
+                sites = [Site(hop[0], ln, method, "call", source_line(root, hop[0], ln))]
+                # Proven, not only suspected: the port itself asserts that the wrapper's recorded flag equals the
+                # request's, so a non-causal request (which the backend advertises) fails that assert.
+                checks = [c for path in dict.fromkeys(h.path for h in chain.chain if h.path)
+                          for c in kept(path, ("causal-asserts",), partial(_file_causal_asserts, root, path))]
+                severity = None
+                message = (f"{chain.name} advertises non-causal attention, but {method} calls {tail}(causal=True) "
+                           f"where upstream passes causal={up_text}")
+                if checks:
+                    apath, aline, atext = checks[0]
+                    severity = Severity.ERROR
+                    message = (f"AssertionError when a non-causal request runs: {method} plans {tail}(causal=True) where upstream "
+                               f"passes causal={up_text}, and {apath}:{aline} asserts the wrapper's flag equals the request's "
+                               f"({chain.name} advertises non-causal attention)")
+                    evidence.append(f"fails: {apath}:{aline}: {atext}  (the flag the plan recorded is compared with the request's)")
+                    sites += [Site(p, n, "", "assert", t) for p, n, t in checks]
+                yield make_finding("MXA183", Location(hop[0], ln, f"causal:{chain.name}:{method}:{tail}"), message, evidence,
+                                   severity=severity, sites=sites)
 
 
 def _finding(root: Path, chain: BackendChain, bpath: str, ipath: str, adv: Advertised, guard: Guard,
