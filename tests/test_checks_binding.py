@@ -12,7 +12,7 @@ from conftest import write_tree
 
 from metax_audit.cache.memo import review_memo
 from metax_audit.core.config import AuditConfig
-from metax_audit.core.models import Discovery, Finding, SourceFile
+from metax_audit.core.models import Discovery, Finding, Severity, SourceFile
 from metax_audit.stages.checks import binding_checks
 from metax_audit.stages.trace import trace_backends
 from metax_audit.stages.trace.symbols import SymbolTable
@@ -146,3 +146,15 @@ def test_binding_checks_keep_each_files_reads_in_their_own_memo(tmp_path: Path) 
     assert units == {"import-sites", "type-checking-uses", "method-reads", "assigned", "stored-names", "class-facts", "free-names",
                      "attribute-loads"}
     assert not (results_dir() / "checks-file").exists()  # the parent's records are another kind
+
+
+def test_a_read_only_a_subclass_defines_is_info_when_the_port_swaps_the_object_to_it_outside_the_scope(tmp_path: Path) -> None:
+    """The class an attribute is read on is the object's real class: a file out of the review's scope (a quantization
+    method) swaps the impl to the subclass that defines the name (`layer.impl.__class__ = Sub`)."""
+    source = CLASS + "class P(UpBase):\n    def f(self):\n        return self.view()\n\nclass Sub(P):\n    def view(self):\n        return 1\n"
+    swap = {"port/quant.py": "from port.attn import Sub\n\ndef upgrade(layer):\n    layer.impl.__class__ = Sub\n"}
+    found = [f for f in _run(tmp_path, source, swap) if f.rule == "MXA125"]
+    assert [(f.severity, "only its subclass Sub defines" in f.message) for f in found] == [(Severity.INFO, True)]
+    assert "port/quant.py:4" in found[0].evidence[-1]
+    alone = [f for f in _run(tmp_path / "no-swap", source) if f.rule == "MXA125"]  # nothing makes it a Sub: an error
+    assert [f.severity for f in alone] == [Severity.ERROR]

@@ -69,3 +69,29 @@ def test_one_callee_left_without_upstream_keywords_at_n_sites_is_one_finding():
     assert sorted(f.rule for f in found) == ["MXA201", "MXA212"]  # C.h changes more than the keywords: its own finding
     grouped = next(f for f in found if f.rule == "MXA212")
     assert {x.path for x in grouped.sites} == {"a.py", "b.py"} and "fa_version, q_descale" in grouped.message
+
+
+def test_a_difference_only_an_unselected_backend_runs_is_info_with_that_gate():
+    from metax_audit.core.models import BackendChain, ChainHop
+    from metax_audit.stages.triage import demote_unselected
+
+    idle = BackendChain("IDLE", "port.idle.B", None, False, (ChainHop("backend", "port.idle.B", "port/idle.py", 1),), (), ())
+    used = BackendChain("USED", "port.used.B", None, True, (ChainHop("backend", "port.used.B", "port/used.py", 1),
+                                                            ChainHop("impl", "port.shared.I", "port/shared.py", 1)), (), ())
+    also = BackendChain("IDLE2", "port.idle2.B", None, False, (ChainHop("impl", "port.shared.I", "port/shared.py", 1),), (), ())
+    diffs = [Finding("MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING, Location(p, 5, "f"), "differs")
+             for p in ("port/idle.py", "port/shared.py")]
+    got = demote_unselected(diffs, [idle, used, also])
+    assert [f.severity for f in got] == [Severity.INFO, Severity.WARNING]  # a file an active backend reaches stays
+    assert any("the platform never selects it" in e for e in got[0].evidence)
+
+
+def test_one_change_said_of_several_classes_is_one_finding():
+    from metax_audit.stages.triage import group_same_message
+
+    def renamed(cls: str, path: str) -> Finding:
+        return Finding("MXA207", Category.SIGNATURE, Severity.WARNING, Location(path, 9, f"{cls}.shape"),
+                       f"{cls}.shape overrides Base.shape but renames `a` to `b`, which upstream callers pass by keyword")
+    got = group_same_message([renamed("FaBackend", "fa.py"), renamed("MlaBackend", "mla.py"), renamed("Other", "o.py")])
+    assert len(got) == 1 and [x.path for x in got[0].sites] == ["fa.py", "mla.py", "o.py"]
+    assert got[0].message.endswith("(the same in 2 more: MlaBackend.shape, Other.shape)")

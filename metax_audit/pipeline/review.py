@@ -385,7 +385,7 @@ def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upst
     if comparison is not None and upstream is not None and upstream.root is not None:
         counterparts = Counterparts(st.snap.root, upstream.root, upstream.version or "?",
                                     {f.path: f.upstream_path for f in comparison.files if f.upstream_path}, memo)
-    st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts)
+    st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts, trace.backends)
 
 
 def _waived(report: AuditReport, snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions,

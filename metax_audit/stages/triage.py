@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.core.findings import make_finding, rule
-from metax_audit.core.models import CallSite, Category, Finding, Location, Severity, Site, StackFacts
+from metax_audit.core.models import BackendChain, CallSite, Category, Finding, Location, Severity, Site, StackFacts
 from metax_audit.core.pysource import cached_text, read_source_cached, walk_nodes
 
 if TYPE_CHECKING:
@@ -30,11 +30,14 @@ _PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
 
 
 def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None,
-           counterparts: Counterparts | None = None) -> list[Finding]:
-    """Demote the differences the installed stack explains, merge findings of one call or flow, and say
-    which findings are about a statement the port inherited unchanged from upstream."""
+           counterparts: Counterparts | None = None, backends: Sequence[BackendChain] = ()) -> list[Finding]:
+    """Demote the differences the installed stack explains and those only a backend the platform never selects
+    runs, merge findings of one call or flow or root cause, and say which findings are about a statement the port
+    inherited unchanged from upstream."""
     out = [_signature_demotion(f, calls, facts) for f in findings]
-    return label_inherited(group_keyword_drops(group_left_behind(merge_into_errors(group_per_call(out)))), counterparts)
+    out = demote_unselected(out, backends)
+    out = group_keyword_drops(group_left_behind(merge_into_errors(group_per_call(out))))
+    return label_inherited(group_same_message(out), counterparts)
 
 
 # ---------------------------------------------------------------- the installed signature explains it
@@ -117,6 +120,31 @@ def _lacks(callee: str, added: set[str], dropped: set[str], path: str, line: int
         what = f"keyword(s) {', '.join(sorted(dropped))} dropped" if dropped else "keywords changed"
         return f"{what} because the installed {fact.target} has no such parameter ({fact.signature or 'signature read'})"
     return ""
+
+
+# ---------------------------------------------------------------- a backend the platform never selects
+
+
+def demote_unselected(findings: Sequence[Finding], backends: Sequence[BackendChain]) -> list[Finding]:
+    """A difference from upstream in a file that only backends the platform never selects reach (registered, in no
+    priority list and not returned by its selector) runs only when a user names that backend: info, with that gate."""
+    reach: dict[str, list[BackendChain]] = {}
+    for b in backends:
+        for path in dict.fromkeys(h.path for h in b.chain if h.path):
+            reach.setdefault(path, []).append(b)
+    idle = {p: bs for p, bs in reach.items() if bs and not any(b.active for b in bs)}
+    if not idle:
+        return list(findings)
+    out = []
+    for f in findings:
+        bs = idle.get(f.location.path)
+        if bs is not None and f.rule in _COMPARE_RULES and f.severity is Severity.WARNING:
+            names = ", ".join(sorted({b.name for b in bs}))
+            why = (f"gate: only {names} runs this file, and the platform never selects it (registered, in no priority list, "
+                   f"not returned by its selector): it runs only when a user names it")
+            f = replace(f, severity=Severity.INFO, evidence=(*f.evidence, why))
+        out.append(f)
+    return out
 
 
 # ---------------------------------------------------------------- one finding per call or flow
@@ -316,6 +344,37 @@ def _only_drops_of(f: Finding) -> str:
     callees = {k.split(":", 1)[0].rsplit(".", 1)[-1] for x in live for k in x.keywords}
     # Keywords the port adds at the same call are part of the same signature change (the vendor's own arguments).
     return callees.pop() if len(callees) == 1 and any(":-" in k for x in live for k in x.keywords) else ""
+
+
+# ---------------------------------------------------------------- one finding said of N symbols
+
+
+def group_same_message(findings: Sequence[Finding]) -> list[Finding]:
+    """Findings of one rule and severity that say the same thing of different symbols (four backends renaming the
+    same parameter of the same upstream method) are one root cause: the first, with every symbol a site."""
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in findings:
+        if f.severity is Severity.INFO or f.rule in _COMPARE_RULES or not f.location.symbol:
+            continue
+        cls = f.location.symbol.split(".", 1)[0]
+        said = f.message.replace(f.location.symbol, "<symbol>").replace(cls, "<class>")
+        if said != f.message:
+            groups.setdefault((f.rule, f.severity.value, said), []).append(f)
+    groups = {k: g for k, g in groups.items() if len(g) > 1}
+    if not groups:
+        return list(findings)
+    member = {id(f): g for g in groups.values() for f in g}
+    out = []
+    for f in findings:
+        g = member.get(id(f))
+        if g is None:
+            out.append(f)
+        elif f is g[0]:
+            others = ", ".join(x.location.symbol for x in g[1:])
+            out.append(replace(f, message=f"{f.message} (the same in {len(g) - 1} more: {others})",
+                               evidence=(*f.evidence, *(f"also {x.location}: {x.message}" for x in g[1:])),
+                               joined=_joined(f, g[1:]), sites=_sites(f, g[1:])))
+    return out
 
 
 # ---------------------------------------------------------------- inherited from upstream

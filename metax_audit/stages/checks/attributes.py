@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 
 from metax_audit.core.findings import make_finding, rule
-from metax_audit.core.models import Category, Discovery, Finding, Location, Severity
+from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, Site
 from metax_audit.core.pysource import walk_nodes
 from metax_audit.stages.checks.imports import READ, kept_import_sites, read_from
 from metax_audit.stages.checks.memo import FileMemo
@@ -131,6 +132,7 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
     class_info: dict[str, tuple[Cls, list[str], bool]] = {}
     module_reads: dict[tuple[str, str], list[_Read]] = {}
     module_nodes: dict[tuple[str, str], list[tuple[ModuleInfo, str, int, int]]] = {}
+    scope_classes: list[Cls] = []
     for sf in discovery.files:
         if sf.parse_error is not None or not sf.path.endswith(".py"):
             continue
@@ -141,6 +143,7 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
         kept = memo is not None and read_from(info, sf.path)
         per_class = memo.get(sf.path, ("method-reads",), partial(_method_reads, info)) if memo and kept else _method_reads(info)
         for cls, methods in zip(_classes(info), per_class, strict=True):
+            scope_classes.append(cls)
             for recv_reads, super_reads in methods:
                 for attr, line in recv_reads:
                     class_reads.setdefault((cls.dotted, attr), []).append(
@@ -165,6 +168,18 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
         near = difflib.get_close_matches(attr, sorted(n for n in names if not n.startswith("__")), n=3, cutoff=0.7)
         reads = sorted(reads, key=lambda r: (r.path, r.line))
         first = reads[0]
+        real = None if is_super else _real_class(discovery, symbols, a, cls, attr, scope_classes)
+        if real is not None:
+            # The object's real class is a subclass that defines the name (it is constructed as one, or its class is
+            # swapped to it): the read runs on that class, not on the one the method is written in.
+            sub, how = real
+            yield make_finding("MXA125", Location(first.path, first.line, f"{cls.dotted}.{attr}"),
+                               f"reads {attr!r} on {cls.node.name}, which only its subclass {sub.node.name} defines; the object "
+                               f"is really a {sub.node.name} where this runs ({how})",
+                               [*(f"{READ}{r.path}:{r.line}: {r.text}" for r in reads[:8]),
+                                f"defined by: {sub.dotted} (a subclass of {cls.node.name})", f"real class: {how}"],
+                               severity=Severity.INFO, sites=[Site(r.path, r.line, cls.dotted, "read", r.text) for r in reads])
+            continue
         what = f"super().{attr}" if is_super else f"{attr!r} on {cls.node.name}"
         ev = [*(f"{READ}{r.path}:{r.line}: {r.text}" for r in reads[:8]),
               "classes read (MRO): " + " -> ".join(read),
@@ -423,6 +438,38 @@ def _methods(cls: Cls) -> Iterator[tuple[str, list[ast.Attribute], list[ast.Attr
         if rebound:
             continue
         yield recv, [r for r in reads if r.attr not in guarded], supers
+
+
+def _real_class(discovery: Discovery, symbols: SymbolTable, a: _Attributes, cls: Cls, attr: str,
+               scope_classes: list[Cls]) -> tuple[Cls, str] | None:
+    """A subclass of `cls` (in scope) that defines `attr`, with where the port makes an object of it: `x.__class__ =
+    Sub` or `Sub(...)` anywhere in the port package (a swap is often written outside the attention scope)."""
+    subs = []
+    for c in scope_classes:
+        if c.dotted == cls.dotted or cls not in symbols.resolver.mro(c)[1:]:
+            continue
+        names, _, _ = a.along(c)
+        if attr in names:
+            subs.append(c)
+    if not subs:
+        return None
+    package = discovery.root / discovery.port_package.replace(".", "/")
+    for sub in subs:
+        made = re.compile(rf"\.__class__\s*=\s*(?:\w+\.)*{re.escape(sub.node.name)}\b|\b{re.escape(sub.node.name)}\(")
+        for path in sorted(package.rglob("*.py")) if package.is_dir() else ():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if sub.node.name not in text:
+                continue
+            for n, line in enumerate(text.splitlines(), 1):
+                m = made.search(line)
+                if m and not line.lstrip().startswith(("class ", "#")):
+                    rel = path.relative_to(discovery.root).as_posix()
+                    kind = "its class is swapped to it" if "__class__" in m.group(0) else "constructed as it"
+                    return sub, f"{kind} at {rel}:{n}: {line.strip()}"
+    return None
 
 
 def _assigned_anywhere(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> set[str]:
