@@ -7,7 +7,7 @@ from dataclasses import replace
 import report_factory as rf
 
 from metax_audit.core.models import BaselineState, Category, Finding, Location, Severity
-from metax_audit.report.first_screen import first_screen
+from metax_audit.report.first_screen import first_screen, what_why
 from metax_audit.report.markdown import render_summary
 
 FI = "vllm_metax/v1/attention/backends/flashinfer.py"
@@ -35,9 +35,10 @@ def test_first_screen_orders_errors_then_warnings_by_consequence_and_folds_untou
     assert screen.verdict == "FAIL: 1 error break on the target stack; 4 warnings to review"
     assert [f.rule for f in screen.errors] == ["MXA001"]
     assert screen.new is None  # no baseline: no "new" section
-    # drift before differences; among differences, more kernel hunks first; the untouched file's warning is folded
+    # drift before differences; among differences, more kernel hunks first; every warning is listed (the untouched
+    # file's too: the section's count is the verdict's), and the file also has its line
     assert [(f.location.path, f.location.line) for f in screen.warnings] == [
-        ("vllm_metax/b.py", 5), ("vllm_metax/a.py", 20), ("vllm_metax/a.py", 10)]
+        ("vllm_metax/b.py", 5), (FI, 400), ("vllm_metax/a.py", 20), ("vllm_metax/a.py", 10)]
     assert [(u.path, u.not_followed, u.warnings) for u in screen.untouched] == [(FI, 1, 1)]
 
 
@@ -46,8 +47,8 @@ def test_summary_opens_with_the_first_screen() -> None:
     head = text.splitlines()[:20]
     assert head[2] == "**FAIL: 1 error break on the target stack; 4 warnings to review**"
     assert head[4] == "### Errors (1)"
-    assert head[6] == f"1. `{FI}:327` `MXA001` file in scope could not be parsed: invalid syntax (line 327)"
-    assert "### Warnings (3; 1 more in the files the last sync did not touch), most consequential first" in head
+    assert head[6] == f"1. `{FI}:327` `MXA001` file does not parse: nothing in it runs: invalid syntax (line 327)"
+    assert "### Warnings (4), most consequential first" in head
     assert any(line.startswith(f"- [`{FI}`](files/") and "followed none" in line for line in head)
 
 
@@ -79,7 +80,20 @@ def test_errors_come_in_the_order_they_are_fixed_imports_then_calls_then_wrong_r
               _f("MXA101", Category.SIGNATURE, Severity.ERROR, FI, 863, "keyword the installed kernel lacks"),
               _f("MXA170", Category.REGISTRATION, Severity.ERROR, FI, 900, "op nothing registers"),
               _f("MXA122", Category.IMPORT, Severity.ERROR, FI, 50, "imports a name upstream removed")]
-    assert [f.rule for f in first_screen(rf.make_report(findings=errors)).errors] == ["MXA122", "MXA170", "MXA101", "MXA510"]
+    screen = first_screen(rf.make_report(findings=errors))
+    assert [f.rule for f in screen.errors] == ["MXA122", "MXA101", "MXA170", "MXA510"]
+    # each headline says the consequence in words
+    assert [what_why(f).split(":")[0] for f in screen.errors] == [
+        "module fails to import", "TypeError at this call", "the op is registered by nothing", "LSE in the wrong base or layout"]
+
+
+def test_a_warning_line_never_cuts_a_code_excerpt() -> None:
+    long = _f("MXA201", Category.UNDECLARED_DIFFERENCE, Severity.WARNING, "vllm_metax/a.py", 10,
+              "changed in Impl.forward: differs at ...x [upstream: a * 2 | port: a]; upstream: y = a * 2 | port: y = a")
+    line = what_why(long)
+    assert "[upstream:" not in line and not line.endswith("...") and line.endswith(": f")
+    short = _f("MXA203", Category.UPSTREAM_DRIFT, Severity.WARNING, FI, 374, "B.supports_window: upstream added B.supports_window(cls)")
+    assert what_why(short).endswith("upstream added B.supports_window(cls)")
 
 
 def test_an_untouched_files_line_counts_its_errors_too() -> None:

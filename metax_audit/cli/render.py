@@ -42,7 +42,7 @@ def _safe(text: str) -> str:
 def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
     """The first screen: verdict, errors (one line each), what is new, the warnings by consequence, the
     files the last sync left behind, then where to read the rest. --quiet: the verdict and the counts."""
-    from metax_audit.report.first_screen import first_screen, untouched_line, what_why, where
+    from metax_audit.report.first_screen import first_screen, statement, untouched_line, what_why, where
 
     snap = report.snapshot
     screen = first_screen(report)
@@ -61,7 +61,7 @@ def render_review_summary(report: AuditReport, written: Sequence[Path]) -> None:
     _baseline_line(report)
 
     def line(f: Finding) -> None:
-        text = what_why(f, 1 << 30) if f.severity is Severity.ERROR else f.message
+        text = what_why(f, 1 << 30) if f.severity is Severity.ERROR else statement(f, 320)
         _finding(f, f"{where(f)} {text}")
 
     _plain(f"errors ({len(screen.errors)}):" if screen.errors else "errors: none")

@@ -3,12 +3,12 @@
 # the last sync left behind. Everything else is below it or on the per-file pages.
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
 from metax_audit.core.models import AuditReport, Category, Finding, Severity
 from metax_audit.report.rules_doc import rule_of
-from metax_audit.report.text import cut_words
 
 # Most consequential first: a proven break of a kernel's semantics, then a call that does not bind,
 # then what upstream changed and the port did not follow, then capability questions, then differences.
@@ -19,9 +19,32 @@ _CATEGORY_RANK = {c: i for i, c in enumerate((
     Category.CLAIM, Category.INACTIVE_PATH, Category.ENVIRONMENT, Category.COVERAGE))}
 # Errors in the order a maintainer fixes them: a module that does not import hides every other break in
 # it (nothing of it runs until it imports), then ops and calls that raise at their first run, then the
-# silent wrong results that only show once the code runs.
-_ERROR_RANK = {c: i for i, c in enumerate((
-    Category.IMPORT, Category.REGISTRATION, Category.SIGNATURE, Category.KWARGS_SWALLOWED))}
+# silent wrong results that only show once the code runs. Each says its consequence in words.
+_WRONG_NUMBERS = {Category.LSE: "LSE in the wrong base or layout", Category.LAYOUT: "KV cache read in the wrong layout",
+                  Category.FP8_SCALE: "FP8 scales applied wrongly", Category.DCP: "DCP merge gives wrong results",
+                  Category.PADDING: "padded rows returned as real ones", Category.QUERY_COUNT: "wrong query count",
+                  Category.INDEX_MAPPING: "wrong index mapping", Category.GRAPH_CAPTURE: "graph replay reads stale inputs"}
+_RAISES_AT_RUN = {"MXA125": "AttributeError when this runs", "MXA126": "AttributeError when this runs",
+                  "MXA170": "the op is registered by nothing: fails at its first call",
+                  "MXA183": "AssertionError on a non-causal request", "MXA184": "NotImplementedError on an advertised configuration",
+                  "MXA180": "the model fails to load for an advertised value", "MXA181": "requests of an advertised value fail"}
+
+
+def consequence(f: Finding) -> tuple[int, str]:
+    """(impact rank, the consequence in words) of an error: 0 the module or backend fails to import or load, 1 a call
+    that cannot bind or raises when it runs, 2 wrong numbers."""
+    if f.category is Category.IMPORT and f.rule not in _RAISES_AT_RUN:
+        lazy = next((e for e in f.evidence if e.startswith("fails when ")), "")
+        return (1, f"ImportError {lazy.removeprefix('fails ')}") if lazy else (0, "module fails to import")
+    if f.category is Category.COVERAGE:
+        return 0, "file does not parse: nothing in it runs"
+    if f.rule in _RAISES_AT_RUN:
+        return 1, _RAISES_AT_RUN[f.rule]
+    if f.category in (Category.SIGNATURE, Category.KWARGS_SWALLOWED):
+        return 1, "TypeError at this call"
+    if f.category is Category.REGISTRATION:
+        return 0, "the backend or op cannot be loaded"
+    return 2, _WRONG_NUMBERS.get(f.category, "wrong results")
 KERNEL_HUNK = "-- may change what a kernel computes or whether it runs"
 DRIFT_RULE, FOLLOWED_RULE = "MXA203", "MXA204"
 
@@ -52,16 +75,24 @@ def first_screen(report: AuditReport) -> FirstScreen:
     has_baseline = any(getattr(f, "baseline", None) is not None for f in report.findings)
     # What the change introduced leads the errors: a pre-commit user looks for their own break first.
     errors = tuple(sorted((f for f in live if f.severity is Severity.ERROR),
-                          key=lambda f: (not _is_new(f), _ERROR_RANK.get(f.category, len(_ERROR_RANK)), _rank(f))))
+                          key=lambda f: (not _is_new(f), consequence(f)[0], _rank(f))))
     new = tuple(sorted((f for f in live if _is_new(f)), key=_rank)) if has_baseline else None
-    drift = Counter(f.location.path for f in live if f.rule == DRIFT_RULE)
+    # Each upstream change not followed, wherever triage put it (its own finding, a file's MXA209, an import error's
+    # evidence): the sites of kind upstream-not-followed, or the drift finding itself when it lists none.
+    drift: Counter[str] = Counter()
+    for f in live:
+        hunks = [x.path for x in f.sites if x.kind == "upstream-not-followed"]
+        drift.update(hunks or ([f.location.path] if f.rule == DRIFT_RULE else []))
     followed = {f.location.path for f in report.findings if f.rule == FOLLOWED_RULE}
     left = {p for p in drift if p not in followed}
     # One count per (file, severity), not one pass over every finding per untouched file.
     by_file = Counter((f.location.path, f.severity) for f in live if f.location.path in left)
     untouched = tuple(Untouched(p, drift[p], by_file[p, Severity.WARNING], by_file[p, Severity.INFO],
                                 by_file[p, Severity.ERROR]) for p in sorted(left))
-    warnings = tuple(sorted((f for f in live if f.severity is Severity.WARNING and f.location.path not in left), key=_rank))
+    # Every warning is listed (the counts the terminal, summary.md and the footer give are one number): those that
+    # stand alone first, by consequence, then those that group a root cause's sites (a file the sync left behind, one
+    # callee's keywords at N calls), which are read as one task.
+    warnings = tuple(sorted((f for f in live if f.severity is Severity.WARNING), key=lambda f: (grouped(f), _rank(f))))
     n_err = len(errors)
     n_warn = sum(f.severity is Severity.WARNING for f in live)
     new_err = sum(_is_new(f) for f in errors)
@@ -79,6 +110,14 @@ def first_screen(report: AuditReport) -> FirstScreen:
     return FirstScreen(verdict, errors, new, warnings, untouched, sum(f.severity is Severity.INFO for f in live))
 
 
+def grouped(f: Finding) -> bool:
+    """A finding that stands for the sites of one root cause found at several places."""
+    return f.rule in _GROUPING_RULES or len({(x.path, x.symbol) for x in f.sites if x.symbol}) > 2
+
+
+_GROUPING_RULES = frozenset({"MXA209", "MXA212"})
+
+
 def _is_new(f: Finding) -> bool:
     state = getattr(f, "baseline", None)
     return bool(state is not None and getattr(state, "is_new", str(state) in {"new", "changed"}))
@@ -94,10 +133,30 @@ def where(f: Finding) -> str:
 
 
 def what_why(f: Finding, limit: int = 220) -> str:
-    """What breaks (the rule's title) and why (the finding's message), cut to one line."""
+    """An error: its consequence in words, then why (the finding's message, whole). A warning: the rule's title and
+    what it is about, never a cut snippet (the message whole when it is short and holds no code excerpt)."""
+    if f.severity is Severity.ERROR:
+        words = consequence(f)[1]
+        message = " ".join(f.message.split())
+        return message if message.startswith(words.split(":")[0]) else f"{words}: {message}"
+    return statement(f, limit)
+
+
+def statement(f: Finding, limit: int = 220) -> str:
+    """What a warning says in whole words: its message when that fits and quotes no code, else the rule's title,
+    the symbol and the number of places (the excerpts are on the file page)."""
     known = rule_of(f.rule)
     title = known.title if known is not None else f.rule
-    return cut_words(f"{title}: {f.message}", limit)  # after a whole word: never inside a path or a name
+    message = " ".join(f.message.split())
+    if len(title) + len(message) + 2 <= limit and not _EXCERPT.search(message):
+        return f"{title}: {message}"
+    places = len({(x.path, x.line) for x in f.sites})
+    where = f" ({places} places)" if places > 1 else ""
+    return f"{title}: {f.location.symbol or f.location.path}{where}"
+
+
+# Text that quotes code: compare's hunk excerpts ("differs at ...x [upstream: a | port: b]", "upstream: ... | port: ...").
+_EXCERPT = re.compile(r"\[upstream: |\| port: |differs at \.\.\.|\.\.\.")
 
 
 def one_line(f: Finding, limit: int = 220) -> str:

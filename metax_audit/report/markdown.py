@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from metax_audit.core.models import AuditReport, CallSite, Category, Difference, FileRecord, Finding, Severity
-from metax_audit.report.first_screen import first_screen, one_line, untouched_line
+from metax_audit.report.first_screen import first_screen, grouped, statement, untouched_line, what_why
 from metax_audit.report.text import cut_words, uri, visible
 from metax_audit.stages.inventory import NEEDS_ACTION, NOT_ANALYSED, probe_id, severity_counts, summary_line
 
@@ -347,7 +347,7 @@ def _first_screen(report: AuditReport, link: Linker, page_link: Callable[[str], 
     def item(f: Finding) -> str:
         """An error says what breaks (its rule) and why; a warning says what differs."""
         where = _loc(f.location.path, f.location.line, link)
-        text = one_line(f).split(f" {f.rule} ", 1)[-1] if f.severity is Severity.ERROR else _clip(f.message)
+        text = what_why(f, 10_000) if f.severity is Severity.ERROR else statement(f, 400)
         return f"1. {where} {code(f.rule)} {_md(text)}"
 
     if screen.errors:
@@ -359,9 +359,11 @@ def _first_screen(report: AuditReport, link: Linker, page_link: Callable[[str], 
         out += [*(item(f) for f in screen.new), ""] if screen.new else ["_Nothing new since the baseline._", ""]
     if screen.warnings:
         shown = screen.warnings[:WARNINGS_SHOWN]
-        elsewhere = sum(u.warnings for u in screen.untouched)
-        also = f"; {elsewhere} more in the files the last sync did not touch" if elsewhere else ""
-        out += [f"### Warnings ({len(screen.warnings)}{also}), most consequential first", "", *(item(f) for f in shown)]
+        alone = [f for f in shown if not grouped(f)]
+        together = [f for f in shown if grouped(f)]
+        out += [f"### Warnings ({len(screen.warnings)}), most consequential first", "", *(item(f) for f in alone)]
+        if together:
+            out += ["", "Grouped (one root cause, every place listed on the file pages):", "", *(item(f) for f in together)]
         if len(screen.warnings) > len(shown):
             out.append(f"\n{len(screen.warnings) - len(shown)} more warnings under [Findings](#findings).")
         out.append("")
