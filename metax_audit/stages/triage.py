@@ -318,10 +318,11 @@ def group_keyword_drops(findings: Sequence[Finding]) -> list[Finding]:
     members = {id(f): c for c, g in groups.items() for f in g}
     out: list[Finding] = []
     for f in findings:
-        callee = members.get(id(f))
-        if callee is None:
+        found = members.get(id(f))
+        if found is None:
             out.append(f)
             continue
+        callee = found
         group = groups[callee]
         if f is not group[0]:
             continue

@@ -542,7 +542,9 @@ def _file_causal_asserts(root: Path, path: str) -> list[tuple[str, int, str]]:
     tree = parse_file(str(root / path))
     out: list[tuple[str, int, str]] = []
     for node in ast.walk(tree) if tree is not None else ():
-        test = node.test if isinstance(node, ast.Assert) else None
+        if not isinstance(node, ast.Assert):
+            continue
+        test = node.test
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Is):
             sides = [test.left, test.comparators[0]]
             names = sorted(x.attr for x in sides if isinstance(x, ast.Attribute))
