@@ -237,3 +237,18 @@ def test_an_advertised_dtype_whose_only_path_raises_on_the_vendor_is_an_error(tm
     if expected:
         assert found[0].severity is Severity.ERROR and found[0].message.startswith("NotImplementedError when MINE runs with a 'fp8' KV cache")
         assert {x.kind for x in found[0].sites} == {"advertised", "call", "raise"}
+
+
+def test_a_class_level_list_appended_to_on_every_config_check_is_a_warning(tmp_path: Path) -> None:
+    from metax_audit.stages.checks.capabilities import check_config_hook_appends
+
+    platform = ("class VendorPlatform:\n    @classmethod\n    def check_and_update_config(cls, vllm_config):\n"
+                "        cc = vllm_config.compilation_config\n        cc._attention_ops.append('vllm::mine')\n"
+                "        cc.custom_ops.append('none')\n")
+    upstream = ("from typing import ClassVar\n\nclass CompilationConfig:\n    _attention_ops: ClassVar[list[str]] = []\n"
+                "    custom_ops: list[str] = []\n")
+    write_tree(tmp_path, {"port/platform.py": platform, "up/vllm/config/compilation.py": upstream})
+    found = list(check_config_hook_appends(tmp_path, "port/platform.py", tmp_path / "up"))
+    # the ClassVar list grows with every config check; an instance field (custom_ops) does not
+    assert [(f.rule, f.severity, f.location.line) for f in found] == [("MXA185", Severity.WARNING, 5)]
+    assert "vllm/config/compilation.py:4" in found[0].evidence[1]

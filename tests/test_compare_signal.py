@@ -192,6 +192,10 @@ DEMOTIONS = {
         "def run(q, kv, cache_dtype):\n    gather = gather_fp8 if cache_dtype == 'fp8' else gather_bf16\n    out = gather(kv)\n"
         "    return attend(q, out)\n\nX = run(1, 2, 3)\n",
         "a vendor feature behind its own switch: the port branches on `cache_dtype == 'fp8'`"),
+    "a change inside the branch a vendor switch governs": (
+        "def run(x, w):\n    if use_fp8:\n        x = x.to(w.dtype)\n    return attend(x)\n\nX = run(1, 2)\n",
+        "def run(x, w):\n    if use_fp8 and w.dtype != torch.int8:\n        x = x.to(w.kind)\n    return attend(x)\n\nX = run(1, 2)\n",
+        "(inside the branch the switch at line 2 governs)"),
     "a vendor feature behind the port's own env switch": (
         "def make(q):\n    return Linear(q, quant=None)\n\nX = make(1)\n",
         "import vllm_metax.envs as port_envs\n\n\ndef make(q):\n    return Linear(q, quant=cfg if port_envs.USE_FP8 else None)\n\nX = make(1)\n",

@@ -627,7 +627,8 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
         op_names = op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
         capabilities = list(check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
-                                               counterparts=counterpart_paths(comparison.files) if comparison else None, memo=memo))
+                                               counterparts=counterpart_paths(comparison.files) if comparison else None, memo=memo,
+                                               platform_path=st.config.platform_path))
         inactive = list(check_inactive_paths(discovery, comparison, trace))  # counted with the report's files
         # The forked binding checks are waited for last, once the work above is done (same order of findings).
         found = [*stack, *binding(), *op_names, *capabilities]

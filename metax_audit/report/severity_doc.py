@@ -215,6 +215,9 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA184": ((E, "the backend advertises a quantized KV-cache dtype whose only path runs a port CustomOp whose forward_oot "
                    "only raises NotImplementedError (what an out-of-tree platform dispatches to): every such request fails",
                 "FLASHMLA lists 'fp8'; the MLA layer quantizes the decode query through a CustomOp whose forward_oot raises"),),
+    "MXA185": ((W, "the platform's check_and_update_config appends to an attribute upstream declares as a class-level list: "
+                   "every config check adds the entries again",
+                "`compilation_config._attention_ops.append(\"vllm::my_op\")` where upstream has `_attention_ops: ClassVar[list[str]]`"),),
     "MXA183": ((W, "the backend advertises non-causal attention but a kernel call fixes causal=True where upstream passes "
                    "the request's flag: those requests get a causal mask",
                 "`prefill_wrapper.plan(..., causal=True)` where upstream passes `causal=attn_metadata.causal`"),

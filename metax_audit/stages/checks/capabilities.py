@@ -38,6 +38,11 @@ rule("MXA184", Category.CLAIM, Severity.ERROR, "advertised capability whose only
      "(vLLM's CustomOp.dispatch_forward), whose body in the port only raises NotImplementedError: every request of "
      "that configuration fails. The advertised value, the gate of the call (with the impl attribute it reads, as the "
      "impl's class sets it) and the raising forward_oot are the evidence. Implement forward_oot or stop advertising.")
+rule("MXA185", Category.REGISTRATION, Severity.WARNING, "a class-level list appended to on every config check",
+     "The platform's check_and_update_config (which vLLM calls for every config it builds) appends to an attribute "
+     "that upstream declares as a class-level list (`ClassVar[list[...]]`): the list is shared by every instance, so "
+     "each config check adds the entries again and they pile up (duplicates in the splitting ops, longer each time). "
+     "Add an entry only when it is not there, or set an instance copy.")
 rule("MXA182", Category.CLAIM, Severity.INFO, "advertised capability rejected on a path inherited unchanged from upstream",
      "The same guard is in upstream's counterpart: the limitation is upstream's, kept as is.")
 
@@ -338,7 +343,8 @@ def _guard_tests(root: Path, path: str) -> set[str]:
 
 
 def check_capabilities(discovery: Discovery, trace: TraceResult, *, upstream_root: Path | None = None,
-                       counterparts: dict[str, str] | None = None, memo: FileMemo | None = None) -> Iterator[Finding]:
+                       counterparts: dict[str, str] | None = None, memo: FileMemo | None = None,
+                       platform_path: str = "") -> Iterator[Finding]:
     """One finding per (backend, advertised value, rejecting guard) on each traced backend's impl. What is
     read of upstream's files is kept per file in `memo`; the port side follows the trace's chains."""
     root = discovery.root
@@ -364,6 +370,56 @@ def check_capabilities(discovery: Discovery, trace: TraceResult, *, upstream_roo
                 yield _finding(root, chain, backend[0], impl[0], adv, guard, ast.unparse(guard.test) in up_tests)
     yield from check_causal(discovery, trace, upstream_root=upstream_root, counterparts=counterparts or {}, memo=memo)
     yield from check_oot_raises(discovery, trace)
+    if platform_path and upstream_root is not None:
+        yield from check_config_hook_appends(root, platform_path, upstream_root)
+
+
+_GROWS = frozenset({"append", "extend", "insert"})
+
+
+def check_config_hook_appends(root: Path, platform_path: str, upstream_root: Path) -> Iterator[Finding]:
+    """MXA185: `x.<attr>.append(...)` in the platform's check_and_update_config where upstream declares `<attr>` a
+    class-level list (ClassVar)."""
+    tree = parse_file(str(root / platform_path))
+    appends: dict[str, list[tuple[int, str]]] = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)) if tree is not None else ():
+        for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "check_and_update_config"):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _GROWS \
+                        and isinstance(node.func.value, ast.Attribute):
+                    appends.setdefault(node.func.value.attr, []).append((node.lineno, ast.unparse(node)))
+    declarations = _class_level_lists(upstream_root, set(appends)) if appends else {}
+    for attr, calls in appends.items():
+        declared = declarations.get(attr)
+        if declared is None:
+            continue
+        up_path, up_line, text = declared
+        first = calls[0][0]
+        yield make_finding(
+            "MXA185", Location(platform_path, first, f"config-hook-append:{attr}"),
+            f"check_and_update_config appends to {attr}, a class-level list upstream shares across every config "
+            f"({len(calls)} append(s)): each config check adds them again",
+            [*(f"port: {platform_path}:{n}: {t}" for n, t in calls), f"upstream: {up_path}:{up_line}: {text}",
+             "contract: vLLM calls Platform.check_and_update_config for every VllmConfig it builds"],
+            sites=[Site(platform_path, n, "check_and_update_config", "append", t) for n, t in calls])
+
+
+def _class_level_lists(upstream_root: Path, attrs: set[str]) -> dict[str, tuple[str, int, str]]:
+    """Where upstream declares each of `attrs` as `<attr>: ClassVar[list...]` (one pass over its files, read as text)."""
+    needle = re.compile(r"^\s+(?P<attr>\w+)\s*:\s*(typing\.)?ClassVar\[\s*list\b")
+    out: dict[str, tuple[str, int, str]] = {}
+    for path in sorted(upstream_root.rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "ClassVar" not in text or not any(a in text for a in attrs):
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            m = needle.match(line)
+            if m and m["attr"] in attrs and m["attr"] not in out:
+                out[m["attr"]] = (path.relative_to(upstream_root).as_posix(), n, line.strip())
+    return out
 
 
 _QUANTIZED = re.compile(r"^(fp8\w*|int8\w*|fp4\w*|nvfp4\w*|int4\w*)$")

@@ -53,6 +53,7 @@ from metax_audit.stages.compare.side import (
     _start,
     _stmt_span,
     _text,
+    _Tok,
     _value,
     _value_delta,
 )
@@ -515,6 +516,7 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
             opcodes.append((op, i1, i2, j1, j2))
     moves = _moves(opcodes, utoks, ptoks)
     switches: dict[str, int] = {}  # the vendor switches' tests and the names they bind -> the switch's line
+    bodies: list[tuple[int, int, int]] = []  # (first, last) lines of the branches a switch's test governs, its line
     for op, i1, i2, j1, j2 in opcodes:
         if (i1, i2) in moves.values():
             continue  # a statement moved within the function: reported once, where it is now
@@ -566,8 +568,21 @@ def _compare_body(ctx: _Ctx, qual: str, ubody: list[ast.stmt], pbody: list[ast.s
         attribution = ctx.env.attribution(drift) if ctx.env is not None else ""
         note = _hunk_note(ctx, qual, kind, u, p, span)
         note = note or _under_switch(switches, [t.node for t in u], [t.node for t in p])
+        if not note and p and any(first <= p[0].line and p[-1].end <= last for first, last, _ in bodies):
+            at = next(at for first, last, at in bodies if first <= p[0].line and p[-1].end <= last)
+            note = f"{VENDOR_SWITCH} (inside the branch the switch at line {at} governs)"
         if note.startswith(VENDOR_SWITCH):
             _record_switch(switches, [t.node for t in p], line)
+            for k in range(j1, j2):  # the statements of a branch the switch's test now governs
+                tok = ptoks[k]
+                if isinstance(tok.node, ast.If):
+                    inner: list[_Tok] = []
+                    for t in ptoks[k + 1:]:
+                        if t.depth <= tok.depth:
+                            break
+                        inner.append(t)
+                    if inner:
+                        bodies.append((inner[0].line, max(t.end for t in inner), tok.line))
         yield replace(d, note=note, attribution=attribution, change=change, keywords=keywords)
 
 
