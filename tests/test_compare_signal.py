@@ -26,6 +26,7 @@ from metax_audit.core.models import (
     UpstreamInfo,
 )
 from metax_audit.stages.compare import compare
+from metax_audit.stages.compare.grouping import hunk_line
 from metax_audit.stages.triage import group_per_call, triage
 
 REL = "v1/attention/backends/demo.py"
@@ -234,15 +235,17 @@ def test_a_method_upstream_code_calls_through_the_subclass_is_not_never_called(t
 
 
 def test_dropped_keyword_the_installed_kernel_lacks_is_info_with_the_signature() -> None:
-    evidence = ("vllm_metax/x.py:10 [argument-commented-out] argument(s) wrapper.plan:fixed_split_size commented out: upstream: ... "
-                "-- may change what a kernel computes or whether it runs",)
-    f = make_finding("MXA201", Location("vllm_metax/x.py", 10, "f"), "argument-commented-out in f", evidence)
+    # The hunk is typed (its keyword changes); the evidence line is its rendering, replaced when it is explained.
+    hunk = Site("vllm_metax/x.py", 10, "f", "argument-commented-out",
+                "argument(s) wrapper.plan:fixed_split_size commented out: upstream: ...", keywords=("wrapper.plan:-fixed_split_size",))
+    f = make_finding("MXA201", Location("vllm_metax/x.py", 10, "f"), "argument-commented-out in f", [hunk_line(hunk)], sites=[hunk])
     call = CallSite(Location("vllm_metax/x.py", 11), "f", "wrapper.plan", "fi.Wrapper.plan", "external")
     params = (ParamFact("self", "POSITIONAL_OR_KEYWORD"), ParamFact("indptr", "POSITIONAL_OR_KEYWORD"))
     facts = StackFacts("py", "t", "h", {"fi.Wrapper.plan": CallableFact("fi.Wrapper.plan", "ok", "import", "(self, indptr)", params)})
     (got,) = triage([f], [call], facts)
     assert got.severity is Severity.INFO
     assert "info: keyword(s) fixed_split_size dropped because the installed fi.Wrapper.plan has no such parameter ((self, indptr))" in got.evidence[0]
+    assert got.sites[0].verdict.startswith("info: keyword(s) fixed_split_size dropped")
     # The same change against a kernel that has the keyword stays a warning.
     params_kw = (*params, ParamFact("fixed_split_size", "KEYWORD_ONLY", "None"))
     facts_kw = StackFacts("py", "t", "h", {"fi.Wrapper.plan": CallableFact("fi.Wrapper.plan", "ok", "import", "(...)", params_kw)})

@@ -17,14 +17,8 @@ from metax_audit.core.pysource import cached_text, read_source_cached, walk_node
 if TYPE_CHECKING:
     from metax_audit.stages.checks.memo import FileMemo
 
-# Evidence lines compare writes per hunk: "<path>:<line> [<kind>] <detail> -- <verdict>".
+# The verdict compare gives a hunk that may change a kernel (its evidence line ends with it).
 MAY_CHANGE = "-- may change what a kernel computes or whether it runs"
-_HUNK = re.compile(r"^(?P<path>\S+?):(?P<line>\d+) \[(?P<kind>[\w-]+)\] (?P<detail>.*) " + re.escape(MAY_CHANGE) + "$")
-_COMMENTED = re.compile(r"argument\(s\) (?P<items>.+?) commented out")
-# A removed local whose only reads are as keyword arguments: "port drops (read only as kernel(seqused_k=)): ...".
-_READ_ONLY_AS = re.compile(r"^port drops \(read only as (?P<uses>[^)]+\)(?:, [^)]+\))*)\): ")
-_KEYWORD_USE = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<kw>\w+)=\)")
-_CALL_DELTA = re.compile(r"(?P<callee>[\w.\[\]]+)\((?P<args>[+-]\w+(?:, [+-]\w+)*)\)")
 # Rules whose findings at one call site are consequences of one root cause (one call, one flow).
 _PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
 
@@ -44,64 +38,71 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
 
 
 def _signature_demotion(f: Finding, calls: Sequence[CallSite], facts: StackFacts | None) -> Finding:
-    if facts is None or not any(MAY_CHANGE in e for e in f.evidence):
+    """The hunks whose only change is keywords the installed signature does not have become info, read from the
+    typed sites (their keyword changes), never from the evidence text; the evidence line of each is rendered again."""
+    if facts is None or not any(not x.verdict and x.keywords for x in f.sites):
         return f
-    evidence = [_explained(e, calls, facts) for e in f.evidence]
-    if evidence == list(f.evidence):
+    sites = [_explained(x, calls, facts) for x in f.sites]
+    if sites == list(f.sites):
         return f
+    from metax_audit.stages.compare.grouping import hunk_line
+
+    lines = {hunk_line(old): hunk_line(new) for old, new in zip(f.sites, sites, strict=True) if old != new}
+    evidence = tuple(lines.get(e, e) for e in f.evidence)
     severity = f.severity
-    if severity == Severity.WARNING and not any(MAY_CHANGE in e for e in evidence):
+    if severity == Severity.WARNING and not any(MAY_CHANGE in e for e in evidence) and all(x.verdict for x in sites if x.kind):
         severity = Severity.INFO
-    return replace(f, evidence=tuple(evidence), severity=severity)
+    return replace(f, evidence=evidence, severity=severity, sites=tuple(sites))
 
 
-def _explained(line: str, calls: Sequence[CallSite], facts: StackFacts) -> str:
-    m = _HUNK.match(line)
-    if m is not None and m["kind"] in {"removed", "upstream-not-followed"}:
-        return _feeds_absent_keyword(line, m, calls, facts)
-    if m is None or m["kind"] not in {"argument-commented-out", "call-changed"}:
-        return line
-    deltas: dict[str, tuple[set[str], set[str]]] = {}  # callee -> (added, dropped)
-    if m["kind"] == "argument-commented-out":
-        items = _COMMENTED.search(m["detail"])
-        for item in (items["items"].split(", ") if items else []):
-            callee, _, kw = item.rpartition(":")
-            deltas.setdefault(callee, (set(), set()))[1].add(kw)
+def _explained(site: Site, calls: Sequence[CallSite], facts: StackFacts) -> Site:
+    if site.verdict or not site.keywords:
+        return site
+    if site.kind in {"removed", "upstream-not-followed"}:
+        why = _feeds_absent_keyword(site, calls, facts)
+    elif site.kind in {"argument-commented-out", "call-changed"}:
+        why = _keywords_absent(site, calls, facts)
     else:
-        for d in _CALL_DELTA.finditer(m["detail"].split(": upstream:", 1)[0]):
-            plus, minus = deltas.setdefault(d["callee"], (set(), set()))
-            for arg in d["args"].split(", "):
-                (plus if arg[0] == "+" else minus).add(arg[1:])
-    if not deltas:
-        return line
+        why = ""
+    return replace(site, verdict="info: " + why) if why else site
+
+
+def _deltas(site: Site) -> dict[str, tuple[set[str], set[str]]]:
+    """callee -> (keywords the port adds, keywords it leaves out), from the site's typed keyword changes."""
+    out: dict[str, tuple[set[str], set[str]]] = {}
+    for k in site.keywords:
+        callee, _, change = k.rpartition(":")
+        added, dropped = out.setdefault(callee, (set(), set()))
+        (added if change[:1] == "+" else dropped).add(change[1:])
+    return out
+
+
+def _keywords_absent(site: Site, calls: Sequence[CallSite], facts: StackFacts) -> str:
     reasons = []
-    for callee, (added, dropped) in deltas.items():
-        why = _lacks(callee, added, dropped, m["path"], int(m["line"]), calls, facts)
+    for callee, (added, dropped) in _deltas(site).items():
+        why = _lacks(callee, added, dropped, site.path, site.line, calls, facts)
         if not why:
-            return line
+            return ""
         reasons.append(why)
-    return line.replace(MAY_CHANGE, "-- info: " + "; ".join(reasons))
+    return "; ".join(reasons)
 
 
-def _feeds_absent_keyword(line: str, m: re.Match[str], calls: Sequence[CallSite], facts: StackFacts) -> str:
+def _feeds_absent_keyword(site: Site, calls: Sequence[CallSite], facts: StackFacts) -> str:
     """A removed local that upstream only passes as `kernel(kw=name)` is explained when every port call of
     that kernel in the file binds to an installed signature without `kw` (the port cannot pass it)."""
-    detail = m["detail"].removeprefix("upstream changed this after the base release; the port keeps the earlier form: ")
-    uses = _READ_ONLY_AS.match(detail)
-    if uses is None:
-        return line
     reasons = []
-    for use in _KEYWORD_USE.finditer(uses["uses"]):
-        sites = [cs for cs in calls if cs.location.path == m["path"] and cs.callee_text == use["callee"]]
-        found = [facts.facts.get(cs.resolved or "") for cs in sites]
-        if not sites or any(f is None or f.params is None or any(p.kind == "VAR_KEYWORD" for p in f.params)
-                            or use["kw"] in {p.name for p in f.params} for f in found):
-            return line
-        fact = found[0]
-        assert fact is not None  # checked above: every site has a known signature
-        reasons.append(f"it only fed {use['callee']}({use['kw']}=), and the installed {fact.target} has no parameter "
-                       f"{use['kw']!r} ({len(sites)} port call(s) in the file bind to it)")
-    return line.replace(MAY_CHANGE, "-- info: " + "; ".join(reasons)) if reasons else line
+    for callee, (_, dropped) in _deltas(site).items():
+        for kw in sorted(dropped):
+            sites = [cs for cs in calls if cs.location.path == site.path and cs.callee_text == callee]
+            found = [facts.facts.get(cs.resolved or "") for cs in sites]
+            if not sites or any(f is None or f.params is None or any(p.kind == "VAR_KEYWORD" for p in f.params)
+                                or kw in {p.name for p in f.params} for f in found):
+                return ""
+            fact = found[0]
+            assert fact is not None  # checked above: every site has a known signature
+            reasons.append(f"it only fed {callee}({kw}=), and the installed {fact.target} has no parameter "
+                           f"{kw!r} ({len(sites)} port call(s) in the file bind to it)")
+    return "; ".join(reasons)
 
 
 def _lacks(callee: str, added: set[str], dropped: set[str], path: str, line: int, calls: Sequence[CallSite],
