@@ -186,7 +186,8 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
               *([f"closest existing names: {', '.join(near)}"] if near else []),
               "no class in the MRO defines or assigns it, and nothing makes its attributes dynamic"]
         yield make_finding("MXA125", Location(first.path, first.line, f"{cls.dotted}.{attr}"),
-                           f"reads {what}, which no class in its MRO defines ({len(reads)} read(s))", ev)
+                           f"reads {what}, which no class in its MRO defines ({len(reads)} read(s))", ev,
+                           sites=[Site(r.path, r.line, cls.dotted, "read", r.text) for r in reads])
     yield from _module_findings(module_reads, module_nodes, symbols)
     yield from _enum_findings(discovery, symbols)
     yield from _constructed_findings(discovery, symbols, a, external_sets)
@@ -382,7 +383,8 @@ def _module_findings(module_reads: dict[tuple[str, str], list[_Read]],
               *([f"closest existing names: {', '.join(near)}"] if near else []),
               *(["the base release defines it: removed or renamed upstream since the port's last sync"] if base else [])]
         yield make_finding("MXA126", Location(first.path, first.line, f"{mod}.{attr}"),
-                           f"reads {mod}.{attr}, which {label} does not define ({len(reads)} read(s))", ev)
+                           f"reads {mod}.{attr}, which {label} does not define ({len(reads)} read(s))", ev,
+                           sites=[Site(r.path, r.line, "", "read", r.text) for r in reads])
 
 
 def _line(lines: list[str], n: int) -> str:

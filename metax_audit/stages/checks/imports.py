@@ -346,9 +346,8 @@ _ROOT_CAUSES = frozenset({"MXA122", "MXA125", "MXA126", "MXA127"})
 def absorb_consequences(findings: list[Finding]) -> list[Finding]:
     """One finding per root cause: an unresolved-call finding (MXA054) on a line that a broken import
     or attribute lists as failing with it is that root cause's consequence, not a second finding."""
-    lines = {ev.split(": ", 2)[1] for f in findings if f.rule in _ROOT_CAUSES
-             for ev in f.evidence if ev.startswith((FAILS_WITH, READ))}
-    return [f for f in findings if not (f.rule == "MXA054" and f"{f.location.path}:{f.location.line}" in lines)]
+    failing = {(x.path, x.line) for f in findings if f.rule in _ROOT_CAUSES for x in f.sites if x.kind in {"use", "read"}}
+    return [f for f in findings if not (f.rule == "MXA054" and (f.location.path, f.location.line) in failing)]
 
 
 def check_port_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None,
