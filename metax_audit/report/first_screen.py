@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from metax_audit.core.models import AuditReport, Category, Finding, Severity
 from metax_audit.report.rules_doc import rule_of
+from metax_audit.report.text import cut_words
 
 # Most consequential first: a proven break of a kernel's semantics, then a call that does not bind,
 # then what upstream changed and the port did not follow, then capability questions, then differences.
@@ -138,7 +139,7 @@ def what_why(f: Finding, limit: int = 220) -> str:
     if f.severity is Severity.ERROR:
         words = consequence(f)[1]
         message = " ".join(f.message.split())
-        return message if message.startswith(words.split(":")[0]) else f"{words}: {message}"
+        return cut_words(message if message.startswith(words.split(":")[0]) else f"{words}: {message}", limit)
     return statement(f, limit)
 
 

@@ -347,7 +347,7 @@ def _first_screen(report: AuditReport, link: Linker, page_link: Callable[[str], 
     def item(f: Finding) -> str:
         """An error says what breaks (its rule) and why; a warning says what differs."""
         where = _loc(f.location.path, f.location.line, link)
-        text = what_why(f, 10_000) if f.severity is Severity.ERROR else statement(f, 400)
+        text = what_why(f, 300) if f.severity is Severity.ERROR else statement(f, 400)
         return f"1. {where} {code(f.rule)} {_md(text)}"
 
     if screen.errors:
