@@ -88,8 +88,9 @@ def package_roots(facts: StackFacts | None) -> dict[str, Path]:
 class _PackageCalls:
     """The package's own calls of compiled-module functions, read once per review (text filter first)."""
 
-    def __init__(self, roots: dict[str, Path]) -> None:
+    def __init__(self, roots: dict[str, Path], methods: frozenset[str] = frozenset()) -> None:
         self.roots = roots
+        self.methods = methods  # the methods the port calls: only files that call one of them are parsed
         self._calls: dict[str, list[CompiledCall]] = {}
 
     def of(self, top: str) -> list[CompiledCall]:
@@ -97,12 +98,13 @@ class _PackageCalls:
         if got is None:
             got = []
             root = self.roots[top]
+            needles = [f".{m}(" for m in self.methods]
             for file in sorted(root.rglob("*.py")):
                 try:
                     text = file.read_text(encoding="utf-8", errors="replace")
                 except OSError:
                     continue
-                if "_module" not in text:
+                if "_module" not in text or (needles and not any(n in text for n in needles)):
                     continue
                 try:
                     tree = ast.parse(text)
@@ -129,15 +131,19 @@ def check_compiled_calls(discovery: Discovery, facts: StackFacts | None, memo: F
     roots = package_roots(facts)
     if not roots:
         return
-    package = _PackageCalls(roots)
+    per_file: list[tuple[str, list[CompiledCall]]] = []
     for sf in discovery.files:
         if sf.parse_error is not None or not sf.path.endswith(".py"):
             continue
         calls = memo.get(sf.path, ("compiled-calls",), partial(_file_calls, discovery.root, sf.path)) if memo else \
             _file_calls(discovery.root, sf.path)
-        if not calls:
-            continue
-        tree = parse_file(str(discovery.root / sf.path))
+        if calls:
+            per_file.append((sf.path, calls))
+    if not per_file:
+        return
+    package = _PackageCalls(roots, frozenset(c.method for _, calls in per_file for c in calls))
+    for path, calls in per_file:
+        tree = parse_file(str(discovery.root / path))
         tops = sorted(_imported_tops(tree) & set(roots)) if tree is not None else []
         for call in calls:
             if call.starred:
