@@ -328,6 +328,11 @@ def _deep_json(tmp: Path) -> Path:
     return tmp / "deep.json"
 
 
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 def _fifo(tmp: Path) -> Path:
     os.mkfifo(tmp / "fifo.yaml")
     return tmp / "fifo.yaml"
@@ -341,6 +346,9 @@ BAD_INPUTS = [
     ("--config", _deep_toml, "nested too deeply"), ("--waivers", _deep_yaml, "nested too deeply"),
     ("--stack", _deep_json, "nested too deeply"),
     ("--python", lambda t: Path("/tmp"), "cannot run"), ("--python", lambda t: Path("/etc/passwd"), "cannot run"),
+    ("--config", lambda t: _write(t / "int.yaml", "port-package: " + "9" * 5000 + "\n"), "Exceeds the limit"),
+    ("--config", lambda t: _write(t / "int.toml", "[tool.metax-audit]\nport-package = " + "9" * 5000 + "\n"),
+     "Exceeds the limit"),
 ]
 
 
@@ -419,3 +427,15 @@ def test_a_symlinked_output_dir_is_said_and_bad_ones_are_exit_2(tmp_path: Path, 
     for bad in ("/etc/passwd", "/proc/self", "/sys"):
         r = run_tool(demo_repo, *review_args(Path(bad)))
         assert r.returncode == 2 and "output directory" in one_line_error(r.stderr), bad
+
+
+@pytest.mark.parametrize("option", ["--output-dir", "--config", "--waivers", "--stack", "--repo"])
+def test_an_empty_path_option_is_refused_not_the_cwd(tmp_path: Path, demo_repo: Path, option: str) -> None:
+    """Path("") is Path("."): an empty --output-dir (an unset CI variable) wrote the reports into the checkout."""
+    from conftest import fingerprint
+
+    before = fingerprint(demo_repo)
+    for args in ([option, ""], [f"{option}="]):
+        r = run_tool(demo_repo, "review", "--upstream", str(demo.upstream_root()), *args)
+        assert r.returncode == 2 and f"{option} is empty" in one_line_error(r.stderr)
+    assert fingerprint(demo_repo) == before

@@ -561,6 +561,10 @@ def main() -> None:
     _state["main"] = True
     _guard_streams()
     _collect_garbage_rarely()
+    empty = _empty_path_option(sys.argv[1:])
+    if empty is not None:  # Path("") is Path("."): an empty --output-dir would write into the cwd (the checkout)
+        _fail(f"{empty} is empty; give a path")
+        _exit_now(EXIT_CANNOT_AUDIT)
     try:
         call = _plain_review_call(sys.argv[1:])
         if call is None:
@@ -637,6 +641,28 @@ def _guard_streams() -> None:
         sys.stdout = _TolerantStream(sys.stdout)  # type: ignore[assignment]
     if not isinstance(sys.stderr, _TolerantStream):
         sys.stderr = _TolerantStream(sys.stderr)  # type: ignore[assignment]
+
+
+# Options whose value is a path: typer turns "" into Path("."), so an empty one (an unset CI
+# variable) is refused before parsing, as _not_empty refuses the others.
+_PATH_OPTIONS = ("--output-dir", "--config", "--waivers", "--stack", "--repo", "--generate-waivers", "--save",
+                 "--capture-stack", "--contracts")
+
+
+def _empty_path_option(argv: Sequence[str]) -> str | None:
+    """The first path option in `argv` given an empty (or blank) value, else None."""
+    for i, word in enumerate(argv):
+        if word == "--":
+            return None
+        name, eq, value = word.partition("=")
+        if name not in _PATH_OPTIONS:
+            continue
+        if eq:
+            if not value.strip():
+                return name
+        elif i + 1 < len(argv) and not argv[i + 1].strip():
+            return name
+    return None
 
 
 def _collect_garbage_rarely() -> None:

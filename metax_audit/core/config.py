@@ -299,6 +299,8 @@ def _load_config(root: Path, explicit: Path | None) -> AuditConfig:
             data = tomllib.loads(_read_text(pyproject))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{pyproject}: not valid TOML: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{pyproject}: {exc}") from None
         except RecursionError:
             raise ConfigError(f"{pyproject}: nested too deeply to read") from None
         tool = data.get("tool")
@@ -318,6 +320,8 @@ def _load_file(path: Path) -> AuditConfig:
             raise ConfigError(f"{path}: not valid YAML: {yaml_error_line(exc)}") from None
         except RecursionError:
             raise ConfigError(f"{path}: nested too deeply to read") from None
+        except ValueError as exc:  # a value YAML cannot build: a 5,000-digit integer, the date 2026-13-01
+            raise ConfigError(f"{path}: {exc}") from None
     else:
         import tomllib
 
@@ -325,6 +329,8 @@ def _load_file(path: Path) -> AuditConfig:
             data = tomllib.loads(_read_text(path)).get("tool", {}).get("metax-audit", {})
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except ValueError as exc:  # a 5,000-digit integer
+            raise ConfigError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
     return _from_mapping(data, str(path))
