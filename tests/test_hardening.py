@@ -439,3 +439,20 @@ def test_an_empty_path_option_is_refused_not_the_cwd(tmp_path: Path, demo_repo: 
         r = run_tool(demo_repo, "review", "--upstream", str(demo.upstream_root()), *args)
         assert r.returncode == 2 and f"{option} is empty" in one_line_error(r.stderr)
     assert fingerprint(demo_repo) == before
+
+
+def test_fifos_in_the_stack_cache_and_kept_snapshot_never_block(tmp_path: Path) -> None:
+    """Cache files replaced by FIFOs (or links to one): read as absent, written by rename (both hung)."""
+    from metax_audit.cache import kept_snapshot
+    from metax_audit.stages.introspect import cache as stack_cache
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    os.symlink(fifo, tmp_path / "facts.json")
+    assert stack_cache._read_cache(tmp_path / "facts.json") is None
+    os.symlink(fifo, tmp_path / "seen")
+    stack_cache._write_marker(tmp_path / "seen")
+    assert (tmp_path / "seen").is_file() and not (tmp_path / "seen").is_symlink()
+    (tmp_path / "kept").mkdir()
+    os.symlink(fifo, tmp_path / "kept" / "manifest")
+    assert kept_snapshot._load(tmp_path / "kept", ("x", "y")) is None

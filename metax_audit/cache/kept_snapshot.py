@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.cache.cachedir import cache_root
-from metax_audit.core import fstree, gitcmd
+from metax_audit.core import fstree, gitcmd, inputs
 from metax_audit.core.errors import SubprocessError
 
 FORMAT = 2
@@ -126,7 +126,7 @@ def checkout_identity(top: Path, gitdir: Path, entries: list[IndexEntry], select
     configs = _config_files(gitdir, common)
     for path in configs:
         try:
-            text = path.read_text(errors="replace").lower()
+            text = inputs.read_bytes(path).decode(errors="replace").lower()
         except OSError:
             continue
         if any(word in text for word in _CONFIG_WORDS):
@@ -251,8 +251,7 @@ def _load(base: Path, owner: tuple[str, str]) -> dict[str, tuple] | tuple | None
     """The manifest's files; a (path, mode, blob) that checkout-index did not write as the blob's bytes
     under this identity (see _update); None when there is no manifest of this repository and identity."""
     try:
-        with open(base / "manifest", "rb") as fh:
-            data = marshal.load(fh)
+        data = marshal.loads(inputs.read_bytes(base / "manifest", follow_symlinks=False))  # never a FIFO
     except (OSError, EOFError, ValueError, TypeError):
         return None
     if not (isinstance(data, tuple) and len(data) == 3 and data[0] == FORMAT and data[1] == owner

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metax_audit.core import fstree, subproc
+from metax_audit.core import fstree, inputs, subproc
 from metax_audit.core.errors import SubprocessError
 from metax_audit.core.models import StackFacts
 from metax_audit.stages.introspect.manifest import fact_from_json, stack_facts_json
@@ -96,8 +96,13 @@ def stack_identity(python: str | None, extra_path: tuple[Path, ...] = ()) -> str
 
 
 def _write_marker(path: Path) -> None:
+    """An empty marker file, put in place by rename: a FIFO or a link already at `path` is replaced,
+    never opened (opening a FIFO for writing waited for a reader forever)."""
     with contextlib.suppress(OSError):  # see _write_cache
-        path.write_text("", encoding="utf-8")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        os.close(fd)
+        os.replace(tmp, path)
 
 
 def _cache_keys(interpreter: str, targets: list[str], extra_path: Sequence[Path], roots: Sequence[Path],
@@ -249,7 +254,7 @@ def _root_fingerprint(root: Path) -> list[Any]:
         if root.parent.parent == cache_root() and root.parent.name in ("upstream", "public-base"):  # stack_pins.PUBLIC_BASE_DIR
             marker = root / COMPLETE_MARKER
             st = marker.stat()
-            return [str(root), "complete", marker.read_text(encoding="utf-8"), st.st_size, st.st_mtime_ns]
+            return [str(root), "complete", inputs.read_text(marker, follow_symlinks=False), st.st_size, st.st_mtime_ns]
     except (OSError, ValueError):
         pass
     return _tree_fingerprint(root)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from metax_audit.cache.cachedir import cache_root
-from metax_audit.core import fstree, subproc, tempdirs
+from metax_audit.core import fstree, inputs, subproc, tempdirs
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Finding, Location, Severity, StackFacts
@@ -135,7 +135,7 @@ def installed_versions(names: Sequence[str], python: str | None) -> dict[str, st
         asked = hashlib.sha256(json.dumps([identity, sorted(names)]).encode()).hexdigest()[:32]
         kept = stack_cache_dir() / f"versions-{asked}.json"
         try:
-            answer = json.loads(kept.read_text(encoding="utf-8"))
+            answer = json.loads(inputs.read_text(kept, follow_symlinks=False))
             if isinstance(answer, dict) and all(isinstance(v, str) for v in answer.values()):
                 return answer
         except (OSError, ValueError):
@@ -299,7 +299,7 @@ def public_base(public: str, module: str, *, cache_dir: Path | None = None, fetc
 def source_of(entry: Path) -> str:
     """What a public-base cache entry was made from ("flashinfer_python-0.2.6.tar.gz, sha256 ...")."""
     try:
-        text = (entry / COMPLETE_MARKER).read_text(encoding="utf-8").strip()
+        text = inputs.read_text(entry / COMPLETE_MARKER, follow_symlinks=False).strip()
     except OSError:
         return ""
     return text.split(" from ", 1)[1] if " from " in text else ""
