@@ -15,7 +15,7 @@ from conftest import fingerprint
 from metax_audit.demo import build_demo_repo
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_interrupted_review_cleans_up(tmp_path: Path, sig: signal.Signals) -> None:
     proc, repo, private_tmp, before = _review_inside_snapshot(tmp_path)
     proc.send_signal(sig)

@@ -97,7 +97,7 @@ def _ignore_interrupts() -> None:
     exiting (-2 instead of 130)."""
     if not _state["main"]:
         return
-    for name in ("SIGINT", "SIGTERM"):
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
 
@@ -122,6 +122,9 @@ class _Guard:
         # too, through the same handler (unless SIGINT was ignored when we started: nohup, `cmd &`).
         if hasattr(signal, "SIGTERM"):
             signal.signal(signal.SIGTERM, _interrupt)
+        # a closed terminal (SIGHUP) too, unless it was ignored when we started (nohup)
+        if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+            signal.signal(signal.SIGHUP, _interrupt)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupt)
 
