@@ -17,7 +17,7 @@ from urllib.parse import unquote
 import pytest
 import report_factory as rf
 from conftest import git
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from metax_audit import demo
@@ -34,7 +34,7 @@ FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChe
 NAME_CHARS = st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00")
 names = st.text(NAME_CHARS, min_size=1, max_size=60).map(lambda s: s + ".py").filter(
     lambda s: len(s.encode()) <= 250 and s not in (".py",))
-tricky = st.sampled_from(["`", "``", "<", ">", "&", "|", "[", "]", "(", ")", "*", "_", "\\", "\n", "\x1b", "\u202e",
+tricky = st.sampled_from(["`", "``", "\r", "<", ">", "&", "|", "[", "]", "(", ")", "*", "_", "\\", "\n", "\x1b", "\u202e",
                           "<img src=x onerror=alert(1)>", "<script>", "](javascript:x)", "&lt;", " ", "#", "!"])
 hostile_names = st.lists(st.one_of(tricky, st.text(NAME_CHARS, max_size=8)), min_size=1, max_size=8).map(
     lambda parts: "".join(parts).replace("/", "_") + ".py").filter(lambda s: len(s.encode()) <= 250)
@@ -90,6 +90,8 @@ def test_any_file_name_renders_well_formed_reports(tmp_path_factory: pytest.Temp
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(name=st.one_of(names, hostile_names))
+@example(name="\r.py")  # subprocess text mode read it back as "\n.py"
+@example(name="a\r\nb.py")
 def test_any_file_name_survives_every_snapshot_mode(tmp_path_factory: pytest.TempPathFactory, name: str) -> None:
     from metax_audit.stages.snapshot import snapshot
 

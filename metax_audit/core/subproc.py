@@ -35,9 +35,11 @@ def run(
     if env:
         full_env.update(env)
     try:
-        proc = subprocess.run(
-            list(args), cwd=cwd, env=full_env, input=input, capture_output=True, text=True,
-            timeout=timeout, errors="replace",
+        # bytes, decoded here: text=True would turn every "\r" into "\n" (universal newlines), so a
+        # file named "a\rb.py" in `git ls-files -z` came back as "a\nb.py" and fell out of the snapshot
+        raw = subprocess.run(
+            list(args), cwd=cwd, env=full_env, input=None if input is None else input.encode(),
+            capture_output=True, timeout=timeout,
         )
     except OSError as exc:  # missing, not executable (`--python /tmp`), a bad interpreter line
         raise SubprocessError(f"cannot run {args[0]!r}: {exc.strerror}") from exc
@@ -45,10 +47,11 @@ def run(
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         return Completed(tuple(args), -1, out, err, timed_out=True)
-    done = Completed(tuple(args), proc.returncode, proc.stdout, proc.stderr)
-    if check and proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or [""]
-        raise SubprocessError(f"{' '.join(args[:3])} failed ({proc.returncode}): {tail[0]}", stderr=proc.stderr, returncode=proc.returncode)
+    stdout, stderr = raw.stdout.decode(errors="replace"), raw.stderr.decode(errors="replace")
+    done = Completed(tuple(args), raw.returncode, stdout, stderr)
+    if check and raw.returncode != 0:
+        tail = stderr.strip().splitlines()[-1:] or [""]
+        raise SubprocessError(f"{' '.join(args[:3])} failed ({raw.returncode}): {tail[0]}", stderr=stderr, returncode=raw.returncode)
     return done
 
 
