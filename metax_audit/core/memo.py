@@ -155,31 +155,13 @@ def content_state(path: Path) -> str | None:
         return f"unreadable: {exc.errno}"
 
 
-def read_kept_file(path: Path, limit: int = 64 * 1024 * 1024) -> bytes | None:
+def read_kept_file(path: Path) -> bytes | None:
     """The bytes of a file a stage kept on disk itself (the stack facts, upstream's op index), or None when it
-    is not a regular file of at most `limit` bytes: a link is not followed and a FIFO never blocks (O_NOFOLLOW,
-    O_NONBLOCK, fstat), so a planted entry costs a recomputation, never a hang."""
-    import os
-    import stat
+    is not a regular file the input reader takes: a link is not followed and a FIFO never blocks
+    (core.inputs), so a planted entry costs a recomputation, never a hang."""
+    from metax_audit.core.inputs import read_bytes
 
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError:
+        return read_bytes(path, follow_symlinks=False)
+    except OSError:  # InputFileError included: a link, FIFO, directory or an oversized file is a miss
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        chunks, left = [], st.st_size + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
