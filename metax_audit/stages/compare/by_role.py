@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import re
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from metax_audit.core import fstree
 from metax_audit.core.findings import make_finding, rule
@@ -233,40 +236,87 @@ def _passes_keyword(callers: Callable[[str, list[str], int, bool], list[str]], m
     return bool(callers(method, [param], 1 << 30, True))
 
 
+@dataclass(frozen=True)
+class _AttrCall:
+    """One `x.attr(...)` call in an upstream file: what the override check asks of it."""
+    lineno: int
+    keywords: tuple[str | None, ...]
+    positional: int
+    starred: bool
+
+
+class _UpstreamCalls:
+    """The `.attr(...)` calls of an upstream package, read once per process: each file is read once for the
+    names it spells as `.name(`, and parsed and walked once, the first time one of those is asked for (a port
+    with many role pairs had the same files parsed and walked again for every method: 20 s of ast.walk on a
+    2,000-file release). Only the name sets stay in memory; a file is read again when it is parsed."""
+
+    def __init__(self, upstream: UpstreamClasses) -> None:
+        self._upstream = upstream
+        self._files: list[tuple[str, Path, frozenset[str]]] | None = None
+        self._calls: dict[str, dict[str, list[_AttrCall]] | None] = {}
+
+    def files(self) -> list[tuple[str, Path, frozenset[str]]]:
+        """(path in the release, file, the names it spells `.name(`), in the release's file order."""
+        if self._files is None:
+            files: list[tuple[str, Path, frozenset[str]]] = []
+            pkg = self._upstream.root / self._upstream.package.replace(".", "/")
+            for path in fstree.files(pkg, ".py"):
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+                files.append((path.relative_to(self._upstream.root).as_posix(), path,
+                              frozenset(_SPELLED_CALL.findall(text))))
+            self._files = files
+        return self._files
+
+    def calls(self, rel: str, path: Path) -> dict[str, list[_AttrCall]] | None:
+        """The file's attribute calls by attribute name, in ast.walk order; None when it does not parse."""
+        if rel not in self._calls:
+            try:
+                tree = parse(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+                self._calls[rel] = None
+                return None
+            index: dict[str, list[_AttrCall]] = {}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    index.setdefault(node.func.attr, []).append(_AttrCall(
+                        node.lineno, tuple(k.arg for k in node.keywords), len(node.args),
+                        any(isinstance(a, ast.Starred) for a in node.args)))
+            self._calls[rel] = index
+        return self._calls[rel]
+
+
+_SPELLED_CALL = re.compile(r"\.(\w+)\(")  # `.name(` as the text spells it: the files worth parsing for name
+# One index per compare run's upstream (its UpstreamClasses), as that object caches the release's parsed files.
+_CALL_INDEXES: weakref.WeakKeyDictionary[UpstreamClasses, _UpstreamCalls] = weakref.WeakKeyDictionary()
+
+
 def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str, list[str], int, bool], list[str]]:
     """Upstream call sites `.method(...)` that pass a dropped parameter by keyword, or more positional
     arguments than the override takes (evidence that a caller through the base passes it). Files are
-    read once per run and parsed only when they spell `.method(`."""
-    texts: list[tuple[str, str]] = []
+    read once per compare run and parsed and walked once, only when they spell `.method(`."""
+    index = _CALL_INDEXES.get(upstream)
+    if index is None:
+        index = _CALL_INDEXES[upstream] = _UpstreamCalls(upstream)
 
     def find(method: str, names: list[str], positional: int, varargs: bool) -> list[str]:
         if not names:
             return []
-        if not texts:
-            pkg = upstream.root / upstream.package.replace(".", "/")
-            for path in fstree.files(pkg, ".py"):
-                try:
-                    texts.append((path.relative_to(upstream.root).as_posix(), path.read_text(encoding="utf-8")))
-                except (OSError, UnicodeDecodeError):
-                    continue
-        needle = f".{method}("
         out: list[tuple[int, str]] = []
-        for rel, text in texts:
-            if needle not in text:
+        for rel, path, spelled in index.files():
+            if method not in spelled:
                 continue
-            try:
-                tree = parse(text)
-            except (SyntaxError, ValueError, RecursionError):
-                continue
-            for node in ast.walk(tree):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method):
-                    continue
-                passed = [k.arg for k in node.keywords if k.arg in names]
-                many = not varargs and not any(isinstance(a, ast.Starred) for a in node.args) and len(node.args) > positional
+            calls = index.calls(rel, path)
+            for call in (calls or {}).get(method, ()):
+                passed = [k for k in call.keywords if k in names]
+                many = not varargs and not call.starred and call.positional > positional
                 if passed:
-                    out.append((0, f"upstream caller {rel}:{node.lineno} passes {passed[0]}="))
+                    out.append((0, f"upstream caller {rel}:{call.lineno} passes {passed[0]}="))
                 elif many:
-                    out.append((1, f"upstream caller {rel}:{node.lineno} passes {len(node.args)} positional arguments"))
+                    out.append((1, f"upstream caller {rel}:{call.lineno} passes {call.positional} positional arguments"))
         # keyword callers name the parameter itself: they come first
         return [text for _, text in sorted(out, key=lambda item: item[0])[:limit]]
 
