@@ -176,3 +176,57 @@ def test_new_only_from_the_config_on_a_review_without_baseline_counts_every_find
     assert "new-only=True ignored: no baseline, every finding counts (pyproject.toml [tool.metax-audit])" in settings
     flag = runner.invoke(app, ["review", "--rev", "HEAD", "--repo", str(repo), "--new-only", "--output-dir", str(tmp_path / "o2")])
     assert flag.exit_code == 2 and "--new-only needs a baseline" in flag.output
+
+
+def test_a_review_with_an_accepted_unbound_pin_is_kept_while_the_indexs_answer_is(pinned: Path, tmp_path: Path,
+                                                                                   no_index: None,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every index answered "not there": the review is kept whole, served while that answer is kept (a day),
+    never with another allow-unbound (unaccepted, the pin stops the review again) nor after the day."""
+    from metax_audit.stages.introspect import stack_pins
+
+    _config(pinned, f"upstream = {str(demo.upstream_root())!r}\nfail-on = \"never\"\n")
+    asked: list[str] = []
+    real = pkgindex.fetch
+
+    def fetch(name: str, version: str, dest: Path, sources: pkgindex.Sources) -> object:
+        asked.append(name)
+        return real(name, version, dest, sources)
+
+    monkeypatch.setattr(pkgindex, "fetch", fetch)
+
+    def review(*extra: str) -> tuple[int, list[str]]:
+        stack_pins._ANSWERS.clear()  # each review its own process
+        r = _review(pinned, tmp_path / "out", "--allow-unbound", "flashinfer", *extra)
+        stages = [s["name"] for s in json.loads((tmp_path / "out" / "report.json").read_text())["stages"]] if r.exit_code == 0 else []
+        return r.exit_code, stages
+
+    code, stages = review()
+    assert code == 0 and "result-cache" not in stages and asked == ["flashinfer-python"]
+    asked.clear()
+    code, stages = review()
+    assert code == 0 and "result-cache" in stages and asked == []  # served whole: the index not asked
+    r = _review(pinned, tmp_path / "o2")  # not accepted: the kept answer still says "not there", so exit 2
+    assert r.exit_code == 2 and "cannot be bound" in r.output and asked == []
+    code, stages = review("--no-cache")
+    assert code == 0 and "result-cache" not in stages and asked == ["flashinfer-python"]
+    later = stack_pins._now() + stack_pins.KEPT_MISS_S
+    monkeypatch.setattr(stack_pins, "_now", lambda: later)
+    asked.clear()
+    code, stages = review()
+    assert code == 0 and "result-cache" not in stages and asked == ["flashinfer-python"]  # a day later: asked again
+
+
+def test_a_review_with_an_unbound_pin_the_index_could_not_answer_is_not_kept(pinned: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    _config(pinned, f"upstream = {str(demo.upstream_root())!r}\nfail-on = \"never\"\n")
+    from metax_audit.stages.introspect import stack_pins
+
+    monkeypatch.setattr(pkgindex, "configured_sources", lambda **kw: pkgindex.Sources(()))
+    monkeypatch.setattr(pkgindex, "fetch", lambda *a: pkgindex.NotFetched("could not ask http://x: down", definitive=False))
+    for _ in range(2):
+        stack_pins._ANSWERS.clear()
+        r = _review(pinned, tmp_path / "out", "--allow-unbound", "flashinfer")
+        assert r.exit_code == 0, r.output
+        stages = [s["name"] for s in json.loads((tmp_path / "out" / "report.json").read_text())["stages"]]
+        assert "result-cache" not in stages and "stack-pins" in stages

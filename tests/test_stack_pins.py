@@ -287,3 +287,87 @@ def test_config_that_widens_vendor_extends_or_accepts_unbound_says_so(tmp_path: 
     said = departures(config, tmp_path)
     assert "vendor-extends adds flashinfer (keywords their public base lacks are warnings, not errors)" in said
     assert "allow-unbound accepts flash_mla unbound (calls into it go unchecked)" in said
+
+
+# ---------------------------------------------------------------- the index's "not there", kept a day
+
+
+@pytest.fixture
+def memo() -> object:
+    from metax_audit.cache.memo import review_memo
+
+    return review_memo(True)  # the result cache of this test's private METAX_AUDIT_CACHE (conftest)
+
+
+def _asks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every question put to the index from now on (each still answered as before)."""
+    asked: list[str] = []
+    real = pkgindex.fetch
+
+    def fetch(name: str, version: str, dest: Path, sources: pkgindex.Sources) -> object:
+        asked.append(f"{name}=={version}")
+        return real(name, version, dest, sources)
+
+    monkeypatch.setattr(pkgindex, "fetch", fetch)
+    stack_pins._ANSWERS.clear()  # a new review (process)
+    return asked
+
+
+def test_a_definitive_miss_is_kept_a_day_then_asked_again(tmp_path: Path, links: Path, memo: object,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    entry, why = public_base("kern==1.0", "kern", cache_dir=cache, memo=memo)  # type: ignore[arg-type]
+    assert entry is None and why == f"kern==1.0 (nor a post-release) is on none of {links}"
+    asked = _asks(monkeypatch)
+    assert public_base("kern==1.0", "kern", cache_dir=cache, memo=memo) == (None, why)  # type: ignore[arg-type]
+    assert asked == [] and stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=cache) is not None  # type: ignore[arg-type]
+    # --no-cache (no memo) asks again; so does another release
+    stack_pins._ANSWERS.clear()
+    assert public_base("kern==1.0", "kern", cache_dir=cache) == (None, why) and asked == ["kern==1.0"]
+    stack_pins._ANSWERS.clear()
+    assert public_base("kern==1.1", "kern", cache_dir=cache, memo=memo)[0] is None and asked[-1] == "kern==1.1"  # type: ignore[arg-type]
+    # a day later the index is asked again, and what appeared there meanwhile is bound
+    stack_pins._ANSWERS.clear()
+    later = stack_pins._now() + stack_pins.KEPT_MISS_S
+    monkeypatch.setattr(stack_pins, "_now", lambda: later)
+    assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=cache) is None  # type: ignore[arg-type]
+    monkeypatch.setattr(pkgindex, "pip_settings", lambda python=None: ({":env:.no-index": "1", ":env:.find-links": str(links)}, ""))
+    asked.clear()
+    assert public_base("kern==1.0", "kern", cache_dir=cache, memo=memo) == (None, why) and asked == ["kern==1.0"]  # type: ignore[arg-type]
+    # a clock set back (the answer from the future) is not believed either
+    monkeypatch.setattr(stack_pins, "_now", lambda: later - 2 * stack_pins.KEPT_MISS_S)
+    assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=cache) is None  # type: ignore[arg-type]
+
+
+def test_a_kept_miss_holds_only_while_the_local_sources_and_the_index_config_stay(tmp_path: Path, links: Path, memo: object,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    assert public_base("kern==1.0", "kern", cache_dir=cache, memo=memo)[0] is None  # type: ignore[arg-type]
+    assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=cache) is not None  # type: ignore[arg-type]
+    # another index configuration (here $METAX_AUDIT_FIND_LINKS) is another question
+    monkeypatch.setenv(pkgindex.FIND_LINKS_ENV, str(tmp_path / "no-such-folder"))
+    assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=cache) is None  # type: ignore[arg-type]
+    monkeypatch.delenv(pkgindex.FIND_LINKS_ENV)
+    assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=cache) is not None  # type: ignore[arg-type]
+    # the release dropped into the find-links folder is found at once, kept answer or not
+    _sdist(links / "kern-1.0.tar.gz", "kern-1.0", "kern", {"__init__.py": "A = 1\n"})
+    assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=cache) is None  # type: ignore[arg-type]
+    asked = _asks(monkeypatch)
+    entry, why = public_base("kern==1.0", "kern", cache_dir=cache, memo=memo)  # type: ignore[arg-type]
+    assert entry is not None and why == "" and asked == ["kern==1.0"]
+
+
+def test_an_index_that_could_not_be_asked_is_never_kept(tmp_path: Path, links: Path, memo: object,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on: the connection is refused at once
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(pkgindex, "pip_settings", lambda python=None: ({":env:.index-url": f"http://127.0.0.1:{port}/simple/",
+                                                                          ":env:.find-links": str(links)}, ""))
+    entry, why = public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache", memo=memo)  # type: ignore[arg-type]
+    assert entry is None and "could not ask" in why
+    assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=tmp_path / "cache") is None  # type: ignore[arg-type]
+    asked = _asks(monkeypatch)
+    assert public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache", memo=memo)[0] is None and asked == ["kern==1.0"]  # type: ignore[arg-type]

@@ -49,6 +49,7 @@ SHAPES: Final[dict[Kind, type | tuple[type, ...] | str]] = {
     Kind.DISCOVER_IMPORTS: dict, Kind.DISCOVER_REGISTRATIONS: dict, Kind.DISCOVER_BINDINGS: dict,
     Kind.DISCOVER_PRIORITIES: dict, Kind.DISCOVER_SWITCHES: dict, Kind.DISCOVER_COMPILED: dict,
     Kind.INTROSPECT_IMPORTS: dict, Kind.OP_TABLE_PYTHON: dict, Kind.OP_TABLE_NATIVE: dict,
+    Kind.INDEX_MISS: dict,
 }
 
 

@@ -45,6 +45,7 @@ class Kind(enum.Enum):
     INTROSPECT_IMPORTS = "introspect-imports"  # the imports of the files introspection reads
     OP_TABLE_PYTHON = "op-table-python"  # op registrations in Python files
     OP_TABLE_NATIVE = "op-table-native"  # op registrations in C++/CUDA files
+    INDEX_MISS = "index-miss"  # the package index's definitive "not there" of a public base, kept a day (stack_pins)
 
 
 class Products(Protocol):

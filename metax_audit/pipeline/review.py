@@ -59,6 +59,9 @@ class _Run:
     export: tuple[str, ...] = ()  # what the snapshot exported (the revision memo's key, incremental.py)
     during_trace: bool = False  # the imports/attributes checks and the dataflow ran during the trace (_after_trace)
     unbound: list[UnboundPackage] = field(default_factory=list)  # accepted with allow-unbound (_stack_pins_stage)
+    # the (public base, module) of each accepted unbound pin whose "not on the index" is kept (stack_pins.kept_miss);
+    # None when one's is not (an index that could not be asked): then the review is not kept whole
+    kept_misses: list[tuple[str, str]] | None = field(default_factory=list)
     kernel_roots: tuple[Path, ...] | None = None  # kernel-sources of the config, resolved once (_kernel_source_roots)
 
     @contextmanager
@@ -173,7 +176,7 @@ def _audit_snapshot(
     from metax_audit.pipeline import review_cache
 
     entry = review_cache.entry_for(snap, config, options, progress, run.export)
-    cached = review_cache.served_from_cache(entry, snap, run.stages, started)
+    cached = review_cache.served_from_cache(entry, snap, run.stages, started, options)
     if cached is not None:
         from metax_audit.pipeline.incremental import served_discovery
 
@@ -185,8 +188,10 @@ def _audit_snapshot(
         report = _audit_stages(_Stages(snap, config, options, run, progress), background, started)
     finally:
         background.close()
-    if entry is not None and not report.unbound:  # an index down now may answer next time: never kept unbound
-        review_cache.store(entry, snap, report)
+    # Unbound pins are kept only when each is on none of the indexes by a kept answer, which the served review
+    # is checked against (review_cache.served_from_cache): an index down now may answer next time.
+    if entry is not None and (not report.unbound or run.kept_misses is not None):
+        review_cache.store(entry, snap, report, tuple(run.kept_misses or ()) if report.unbound else ())
         from metax_audit.pipeline.incremental import keep_discovery_of_review
 
         keep_discovery_of_review(entry, snap.repo, config.port_package, options.paths)
@@ -564,7 +569,7 @@ def _stack_pins_stage(st: _Stages, trace: TraceResult) -> tuple[StackBinding, ..
         bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
                                    manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
                                    fetch=not st.options.extra_path, kernel_roots=_kernel_source_roots(st),
-                                   index_url=st.options.index_url)
+                                   index_url=st.options.index_url, memo=st.memo)
         st.run.findings += stack_pins.binding_findings(bindings)
         def calls_into(module: str) -> int:
             return sum(1 for c in trace.calls if c.resolved and (c.resolved == module or c.resolved.startswith(module + ".")))
@@ -580,6 +585,11 @@ def _stack_pins_stage(st: _Stages, trace: TraceResult) -> tuple[StackBinding, ..
                 continue
             st.run.unbound.append(UnboundPackage(b.pin.module, f"{b.pin.distribution}=={b.pin.version}", b.pin.location,
                                                  b.why, calls_into(b.pin.module), origin))
+            if b.kept_since and b.public and st.run.kept_misses is not None:
+                st.run.kept_misses.append((b.public, b.pin.module))
+                notes.append(f"{b.pin.module}: the index's answer of {b.kept_since} kept (asked again a day after)")
+            else:
+                st.run.kept_misses = None
         if refused:
             raise StackBindingError(refused)
     return tuple(b for b in bindings if b.bound == "public-base")  # kernel-sources roots are static roots already

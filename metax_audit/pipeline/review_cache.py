@@ -41,10 +41,36 @@ def result_key(digest: str, config: AuditConfig, options: ReviewOptions, progres
         stack = stack_identity(options.python, tuple(options.extra_path))
         if stack is None:
             return None
+    # allow-unbound and the index URL decide whether an unbound pin stops the review (the config's are in its files)
+    accepted = sorted(options.allow_unbound) if options.allow_unbound is not None else None
     return resultcache.key(Kind.REVIEW, digest, resultcache.upstream_identity(upstream),
                            resultcache.upstream_identity(base),
                            resultcache.options_identity(options.paths, options.config_file, options.static_roots, stack),
+                           ["allow-unbound", accepted, options.index_url],
                            *([repr(options.config)] if options.config is not None else []))
+
+
+def _usable(hit: object, options: ReviewOptions) -> tuple[str, AuditReport] | None:
+    """The snapshot root and report of a kept review, None when it is not one or no longer holds: a review with accepted unbound
+    pins holds while the index's "not there" of each is kept (stack_pins.kept_miss: under the same index
+    configuration, for a day); after that the review is computed again and the index asked again."""
+    if not (isinstance(hit, tuple) and len(hit) in (2, 3) and isinstance(hit[1], AuditReport)):
+        return None
+    misses = hit[2] if len(hit) == 3 else ()
+    if not (isinstance(misses, tuple) and all(isinstance(m, tuple) and len(m) == 2 and all(isinstance(x, str) for x in m)
+                                              for m in misses)):
+        return None
+    if bool(misses) != bool(hit[1].unbound):
+        return None  # a report with unbound pins is kept only with the answers it stands on
+    if misses:
+        from metax_audit.cache.memo import review_memo
+        from metax_audit.stages.introspect.stack_pins import kept_miss
+
+        memo = review_memo(True)
+        if any(kept_miss(public, module, memo=memo, cache_dir=options.cache_dir, index_url=options.index_url) is None
+               for public, module in misses):
+            return None
+    return str(hit[0]), hit[1]
 
 
 def upstream_and_base(config: AuditConfig, options: ReviewOptions, progress: Progress, commit: Commit,
@@ -61,14 +87,14 @@ def upstream_and_base(config: AuditConfig, options: ReviewOptions, progress: Pro
 
 
 def served_from_cache(entry: Key | None, snap: SnapshotInfo, stages_so_far: Sequence[StageRecord], started: float,
-                      ) -> AuditReport | None:
+                      options: ReviewOptions) -> AuditReport | None:
     """The cached review of identical inputs, as a report of this snapshot."""
     from metax_audit.cache import resultcache
 
-    hit = resultcache.load(entry) if entry is not None else None
-    if not (isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
+    usable = _usable(resultcache.load(entry), options) if entry is not None else None
+    if usable is None:
         return None
-    old_root, report = hit
+    old_root, report = usable
     if old_root != str(snap.root):
         report = resultcache.rebase(report, old_root, str(snap.root))
     stages = (*stages_so_far, StageRecord("result-cache", True, round(time.perf_counter() - started, 3),
@@ -97,12 +123,12 @@ def served_revision(options: ReviewOptions, progress: Progress) -> AuditReport |
         if memo and found else None
     if memo and options.config is not None and memo.config != options.config:
         return None  # reviewed under the subject's config, not the one the revision holds: computed afresh
-    hit = resultcache.load(entry) if memo and entry else None
-    if not (memo and isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[1], AuditReport)):
+    usable = _usable(resultcache.load(entry), options) if memo and entry else None
+    if memo is None or usable is None:
         return None
     with incremental.waivers_file(memo, options.waivers) as path:
-        findings, summary = apply_waivers(hit[1].findings, path, options.today)
-    return replace(hit[1], findings=tuple(findings), waivers=summary)
+        findings, summary = apply_waivers(usable[1].findings, path, options.today)
+    return replace(usable[1], findings=tuple(findings), waivers=summary)
 
 
 def entry_for(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, progress: Progress,
@@ -122,7 +148,9 @@ def entry_for(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, p
     return entry
 
 
-def store(entry: Key, snap: SnapshotInfo, report: AuditReport) -> None:
+def store(entry: Key, snap: SnapshotInfo, report: AuditReport, misses: tuple[tuple[str, str], ...] = ()) -> None:
+    """Keep the review; `misses`: the (public base, module) of the accepted unbound pins whose "not on the
+    index" it stands on (served only while each is still kept: _usable)."""
     from metax_audit.cache import resultcache
 
-    resultcache.store(entry, (str(snap.root), report))
+    resultcache.store(entry, (str(snap.root), report, misses) if misses else (str(snap.root), report))

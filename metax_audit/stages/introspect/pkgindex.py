@@ -35,6 +35,7 @@ class IndexSource:
 class Sources:
     sources: tuple[IndexSource, ...]
     skipped: tuple[str, ...] = ()  # configured but absent (a local index folder that does not exist), with why
+    absent: tuple[IndexSource, ...] = ()  # the sources `skipped` names (a folder that appears later is asked then)
 
     def describe(self) -> str:
         return ", ".join(f"{s.url} ({s.origin})" for s in self.sources) or "no index"
@@ -106,13 +107,90 @@ def configured_sources(*, index_url: str | None = None, find_links: Sequence[str
             found += [IndexSource(u, "index", extra[1]) for u in _split(extra[0])]
     kept: list[IndexSource] = []
     skipped: list[str] = []
+    absent: list[IndexSource] = []
     for s in dict.fromkeys(found):
         local = _local_path(s.url)
         if local is not None and not local.exists():
             skipped.append(f"{s.url} ({s.origin}) does not exist")
+            absent.append(s)
         else:
             kept.append(s)
-    return Sources(tuple(kept), tuple(skipped))
+    return Sources(tuple(kept), tuple(skipped), tuple(absent))
+
+
+def config_identity(index_url: str | None = None) -> str | None:
+    """A digest of everything configured_sources' answer depends on, read without asking pip (a `pip config
+    list` costs 0.6 s): the given index URL, $METAX_AUDIT_FIND_LINKS, every PIP_* variable and the variables
+    that place pip's config files, the bytes of each file pip reads its configuration from ($PIP_CONFIG_FILE,
+    the site file of this interpreter, the user and the global files), and the interpreter and pip that
+    answer. Two equal identities mean the same configured sources, so an answer of the index kept under one
+    (stack_pins: a release found on none of them) is the answer under the other. None where the files are
+    not known to be those (pip's locations here are its Linux ones): then nothing is kept."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import importlib.metadata
+
+    from metax_audit.core import inputs
+
+    home = Path(os.environ.get("HOME") or Path.home())
+    user = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    dirs = [Path(d) for d in (os.environ.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep) if d]
+    files: list[str | Path] = [os.environ.get("PIP_CONFIG_FILE", ""), Path(sys.prefix) / "pip.conf", user / "pip" / "pip.conf",
+             home / ".pip" / "pip.conf", *(d / "pip" / "pip.conf" for d in dirs), Path("/etc/pip.conf")]
+    h = hashlib.sha256()
+    for name in files:
+        if not name or str(name) == os.devnull:
+            h.update(f"{name}|-\n".encode())
+            continue
+        try:
+            state = hashlib.sha256(inputs.read_bytes(Path(name))).hexdigest()  # a FIFO is refused, never waited on
+        except FileNotFoundError:
+            state = "absent"
+        except OSError as exc:
+            state = f"unreadable {getattr(exc, 'errno', '')}"
+        h.update(f"{name}|{state}\n".encode())
+    # pip by its distribution's metadata, not importlib.util.find_spec("pip"): setuptools' distutils hack
+    # answers that by switching this process to the stdlib's distutils (pypa/pip#8761)
+    try:
+        dist = importlib.metadata.distribution("pip")
+        pip_file = f"{dist.version}|{dist.locate_file('')}"
+    except (importlib.metadata.PackageNotFoundError, OSError, ValueError):
+        pip_file = "no pip"
+    env = sorted((k, v) for k, v in os.environ.items()
+                 if k.startswith("PIP_") or k in (FIND_LINKS_ENV, "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "HOME"))
+    h.update(repr((index_url or "", env, sys.executable, sys.prefix, pip_file)).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()[:32]
+
+
+def local_states(sources: Sources, name: str) -> tuple[tuple[str, str, str], ...]:
+    """(kind, url, state) of every local source of `sources` (the absent ones included): a find-links
+    folder by its stat (a file added or removed changes it), a file:// index by that of its root, of the
+    project's folder and of its page. A remembered "not there" holds only while these stay as they were."""
+    project = re.sub(r"[-_.]+", "-", name).lower()
+    out = []
+    for s in (*sources.sources, *sources.absent):
+        local = _local_path(s.url)
+        if local is None:
+            continue
+        paths = [local] if s.kind == "find-links" else [local, local / project, local / project / "index.html"]
+        out.append((s.kind, s.url, " ".join(_stat_state(p) for p in paths)))
+    return tuple(out)
+
+
+def _stat_state(path: Path) -> str:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "absent"
+    except OSError as exc:
+        return f"unreadable-{exc.errno}"
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def still_local_states(states: Sequence[Sequence[str]], name: str) -> bool:
+    """Whether the local sources a remembered answer was given by (local_states) are as they were then."""
+    again = local_states(Sources(tuple(IndexSource(url, kind, "") for kind, url, _ in states)), name)
+    return len(again) == len(states) and all(a[2] == s[2] for a, s in zip(again, states, strict=True))
 
 
 def _local_path(url: str) -> Path | None:

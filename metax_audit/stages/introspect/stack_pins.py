@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import tarfile
+import time
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from metax_audit.cache.cachedir import cache_root
 from metax_audit.core import fstree, inputs, subproc, tempdirs
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.findings import make_finding, rule
+from metax_audit.core.memo import NO_MEMO, Kind, Memo
 from metax_audit.core.models import Category, Finding, Location, Severity, StackFacts
 from metax_audit.stages.upstream import COMPLETE_MARKER
 
@@ -67,6 +69,7 @@ class StackBinding:
     root: Path | None = None  # directory holding the stand-in's `module/` sources
     note: str = ""  # the evidence sentence
     why: str = ""  # unbound: why the public base could not be had
+    kept_since: str = ""  # unbound: when the index's "not there" was asked, if it is kept (kept_miss), else ""
 
     @property
     def stand_in(self) -> str:
@@ -173,7 +176,7 @@ def _ask_versions(names: Sequence[str], python: str | None) -> dict[str, str] | 
 
 def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,
          cache_dir: Path | None = None, fetch: bool = True, kernel_roots: Sequence[Path] = (),
-         index_url: str | None = None) -> list[StackBinding]:
+         index_url: str | None = None, memo: Memo = NO_MEMO) -> list[StackBinding]:
     """What each pinned kernel package is checked against. A manifest wins; then an installed build
     whose public release equals the pin's; then a kernel-sources root of config holding its package;
     else the pin's public base (public_base: found through the package index, never built). A package
@@ -199,7 +202,7 @@ def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,
                                          f"kernel-sources {given}"))
             continue
         public = f"{_public_name(pin, config)}=={pin.public_version}"
-        entry, why = public_base(public, pin.module, cache_dir=cache_dir, fetch=fetch, index_url=index_url)
+        entry, why = public_base(public, pin.module, cache_dir=cache_dir, fetch=fetch, index_url=index_url, memo=memo)
         if entry is not None:
             diff = f"installed {have} differs from the pin" if have else "not installed here"
             out.append(StackBinding(pin, "public-base", installed=have, public=public, root=entry,
@@ -207,7 +210,9 @@ def bind(root: Path, config: AuditConfig, *, python: str | None, manifest: bool,
                                          f"bound against the public base {public} (cache {entry})"))
         else:
             fallback = f"checked against the installed {have} instead" if have else "calls into it could not be checked"
+            kept = kept_miss(public, pin.module, memo=memo, cache_dir=cache_dir, index_url=index_url) if fetch else None
             out.append(StackBinding(pin, "unbound", installed=have, public=public, why=why,
+                                    kept_since=kept.asked if kept is not None and kept.why == why else "",
                                     note=f"{pin.distribution}=={pin.version} pinned at {pin.location}: the public base "
                                          f"{public} is unavailable ({why}); {fallback}"))
     return out
@@ -249,16 +254,67 @@ def binding_findings(bindings: Sequence[StackBinding]) -> list[Finding]:
 
 PUBLIC_BASE_DIR = "public-base"  # <cache>/public-base/NAME-VERSION/: a release's module sources, and what made them
 _ANSWERS: dict[tuple[str, str], tuple[Path | None, str]] = {}  # this process's answers (a review and its baseline ask twice)
+KEPT_MISS_S = 24 * 3600  # how long the index's definitive "not there" is believed (then it is asked again)
+
+
+def _now() -> float:
+    return time.time()
+
+
+@dataclass(frozen=True)
+class KeptMiss:
+    """The index's definitive answer that a public base is on none of the configured sources, as kept."""
+
+    why: str  # the answer (pkgindex.NotFetched.why)
+    asked: str  # when, ISO 8601 UTC
+
+
+def _miss_parts(public: str, module: str, index_url: str | None) -> tuple[str, ...] | None:
+    from metax_audit.stages.introspect import pkgindex
+
+    identity = pkgindex.config_identity(index_url)
+    return None if identity is None else (public, module, identity)
+
+
+def kept_miss(public: str, module: str, *, memo: Memo, cache_dir: Path | None = None,
+              index_url: str | None = None) -> KeptMiss | None:
+    """The kept "not on the index" of `public` that still holds: kept under the same index configuration
+    (pkgindex.config_identity), asked less than KEPT_MISS_S ago, every local source (find-links folder,
+    file:// index) as it was then, and no public-base entry made since; else None (ask the index)."""
+    from metax_audit.stages.introspect import pkgindex
+
+    parts = _miss_parts(public, module, index_url)
+    value = memo.load(Kind.INDEX_MISS, *parts) if parts is not None else None
+    if not (isinstance(value, dict) and isinstance(value.get("why"), str) and isinstance(value.get("asked"), (int, float))
+            and isinstance(value.get("local"), list)):
+        return None
+    age = _now() - value["asked"]
+    if not 0 <= age < KEPT_MISS_S:
+        return None  # expired (or asked in the future: a clock set back): the index is asked again
+    local = value["local"]
+    if not all(isinstance(s, list) and len(s) == 3 and all(isinstance(x, str) for x in s) for s in local):
+        return None
+    if not pkgindex.still_local_states(local, public.split("==", 1)[0]):
+        return None  # a find-links folder or a local index changed: what was not there may be now
+    name, version = public.split("==", 1)
+    entry = cache_root(cache_dir) / PUBLIC_BASE_DIR / f"{canonical(name)}-{version}"
+    if (entry / COMPLETE_MARKER).is_file():
+        return None
+    import datetime as _dt
+
+    asked = _dt.datetime.fromtimestamp(value["asked"], _dt.UTC).isoformat(timespec="seconds")
+    return KeptMiss(value["why"], asked)
 
 
 def public_base(public: str, module: str, *, cache_dir: Path | None = None, fetch: bool = True,
-                index_url: str | None = None) -> tuple[Path | None, str]:
+                index_url: str | None = None, memo: Memo = NO_MEMO) -> tuple[Path | None, str]:
     """The cache entry holding `module/`'s .py sources of the public release `public` (NAME==VERSION),
     made once from its wheel or sdist found through the package index pip is configured with (pkgindex:
     the simple API or a find-links folder, $METAX_AUDIT_FIND_LINKS first), its hash checked, only the
     Python sources unpacked: nothing is built, so no setup.py runs and neither torch nor a compiler is
     needed. When VERSION itself is not there, its newest post-release (same code line). (None, why) when
-    none can be had; that answer is not kept (an index down now may answer on the next review)."""
+    none can be had. An answer of every source that it is not there is kept in `memo` (kept_miss: a day,
+    under the index configuration); an index that could not be asked is never kept (it may answer next time)."""
     from metax_audit.stages.introspect import pkgindex
 
     name, version = public.split("==", 1)
@@ -270,15 +326,23 @@ def public_base(public: str, module: str, *, cache_dir: Path | None = None, fetc
     asked = (str(entry), index_url or "")
     if asked in _ANSWERS:
         return _ANSWERS[asked]
+    kept = kept_miss(public, module, memo=memo, cache_dir=cache_dir, index_url=index_url)
+    if kept is not None:
+        _ANSWERS[asked] = (None, kept.why)
+        return None, kept.why
+    parts = _miss_parts(public, module, index_url) if memo.enabled else None  # before asking: what the answer is under
     try:
         work = tempdirs.make("stack", _ensure(entry.parent))
     except OSError as exc:
         return None, f"cache not writable: {exc}"
     try:
         sources = pkgindex.configured_sources(index_url=index_url)
+        local = pkgindex.local_states(sources, name)  # before asking too: a file added meanwhile is asked next time
         got = pkgindex.fetch(name, version, work, sources)
         if isinstance(got, pkgindex.NotFetched):
             _ANSWERS[asked] = (None, got.why)
+            if got.definitive and parts is not None:
+                memo.store(Kind.INDEX_MISS, {"why": got.why, "asked": _now(), "local": [list(s) for s in local]}, *parts)
             return None, got.why
         partial = work / "extract"
         if not extract_sources(got.path, module, partial):
