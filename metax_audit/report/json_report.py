@@ -24,7 +24,7 @@ from metax_audit.core.models import (
     SkippedFile,
 )
 
-SCHEMA_RESOURCE = "schema/report-v1.json"
+SCHEMA_RESOURCE = "report/schema/report-v1.json"
 
 
 @cache
