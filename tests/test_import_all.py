@@ -96,6 +96,14 @@ def test_no_layer_imports_a_later_layer() -> None:
     assert GRAPH.upward_imports(GRAPH.import_graph(REPO)) == []
 
 
+def test_no_stage_imports_the_cache() -> None:
+    """Stages are functions of their inputs: what is kept between reviews reaches them from the pipeline
+    (a core.memo.Memo, the kept snapshots), never by importing metax_audit.cache (issue 32)."""
+    graph = GRAPH.import_graph(REPO)
+    assert [f"{a} -> {b}" for a, targets in sorted(graph.items()) if a.startswith("metax_audit.stages")
+            for b in sorted(targets) if b == "metax_audit.cache" or b.startswith("metax_audit.cache.")] == []
+
+
 def test_every_module_has_a_layer() -> None:
     """A new top-level package must be placed in import_graph.LAYERS (or ALIASES), else the upward
     check cannot judge its imports."""

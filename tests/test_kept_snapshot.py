@@ -73,7 +73,7 @@ def review_both(repo: Path, only: tuple[str, ...] = ONLY, mode: str = "staged") 
     with snapshot(mode, repo, only=only) as fresh:  # type: ignore[arg-type]
         want = contents(fresh.root)
         fresh_info = (fresh.files, fresh.notes, fresh.dirty, fresh.commit)
-    with snapshot(mode, repo, only=only, keep=True) as kept:  # type: ignore[arg-type]
+    with snapshot(mode, repo, only=only, keep=kept_snapshot.KEPT_TREES) as kept:  # type: ignore[arg-type]
         got = contents(kept.root)
         assert (kept.files, kept.notes, kept.dirty, kept.commit) == fresh_info
         digest = snapshot_mod.known_digest(kept.root)
@@ -156,9 +156,9 @@ def test_kept_worktree_snapshot_follows_the_worktree(repo: Path, monkeypatch: py
 
 def test_a_concurrent_review_exports_afresh(repo: Path) -> None:
     review_both(repo)
-    with snapshot("staged", repo, only=ONLY, keep=True) as first:
+    with snapshot("staged", repo, only=ONLY, keep=kept_snapshot.KEPT_TREES) as first:
         assert first.root == kept_root(repo)
-        with snapshot("staged", repo, only=ONLY, keep=True) as second:
+        with snapshot("staged", repo, only=ONLY, keep=kept_snapshot.KEPT_TREES) as second:
             assert second.root != first.root and second.root.name.startswith("metax-audit-snap-")
             assert snapshot_mod.known_digest(second.root) is None
             assert contents(second.root) == contents(first.root)
@@ -204,7 +204,7 @@ def test_a_run_killed_mid_update_is_rebuilt(repo: Path, monkeypatch: pytest.Monk
         return real(repo_, dest, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(gitcmd, "write_blobs", killed)
-    with pytest.raises(KeyboardInterrupt), snapshot("staged", repo, only=ONLY, keep=True):
+    with pytest.raises(KeyboardInterrupt), snapshot("staged", repo, only=ONLY, keep=kept_snapshot.KEPT_TREES):
         pass
     monkeypatch.setattr(gitcmd, "write_blobs", real)
     assert not (root.parent / "manifest").exists()
@@ -246,7 +246,7 @@ def test_a_staged_review_asks_git_little(repo: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(subproc, "run", counted)
     with snapshot_mod.remembered_git():
         snapshot_mod.find_repo(repo)
-        with snapshot("staged", repo, only=ONLY, keep=True):
+        with snapshot("staged", repo, only=ONLY, keep=kept_snapshot.KEPT_TREES):
             pass
         assert snapshot_mod.resolve_commit(repo.resolve(), "HEAD") == git(repo, "rev-parse", "HEAD").strip()
     assert calls == ["rev-parse --show-toplevel", "ls-files -z", "diff-index -z"]  # -z: dirty and staged from one call

@@ -31,9 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from metax_audit.cache.cachedir import cache_root
 from metax_audit.core import fstree, gitcmd, inputs
+from metax_audit.core.cachedir import cache_root
 from metax_audit.core.errors import SubprocessError
+from metax_audit.core.gitcmd import IndexEntry
 
 FORMAT = 2
 KEEP = 8  # kept snapshots (one per repository); the least recently used go first
@@ -41,14 +42,6 @@ _PLAIN_MODES = ("100644", "100755")
 RACY_NS = 50_000_000  # a file whose ctime is this close to the manifest's is re-read (_racy_changed)
 # Settings naming files that change what checkout-index writes, which are not followed here.
 _CONFIG_WORDS = ("attributesfile", "include")
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    mode: str
-    blob: str
-    stage: str
-    path: str
 
 
 @dataclass
@@ -68,18 +61,6 @@ class Held:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = -1
-
-
-def parse_stage(out: str) -> list[IndexEntry]:
-    """`git ls-files -z --stage` output as entries (mode, blob, stage, path)."""
-    entries = []
-    for record in out.split("\0"):
-        if not record:
-            continue
-        head, _, path = record.partition("\t")
-        mode, blob, stage = [*head.split(" "), "", "", ""][:3]
-        entries.append(IndexEntry(mode, blob, stage, path))
-    return entries
 
 
 def store_dir(top: Path, kind: str = "index") -> Path:
@@ -437,3 +418,18 @@ def _trim(current: Path) -> None:
             pass
         finally:
             os.close(fd)
+
+
+class KeptTrees:
+    """The kept snapshots as the snapshot stage asks for them (core.memo.KeptTrees): the pipeline hands
+    KEPT_TREES to a review the result cache serves, nothing to one it does not."""
+
+    def hold_worktree(self, top: Path, selected: list[str]) -> Held | None:
+        return hold_worktree(top, selected)
+
+    def hold_index(self, top: Path, gitdir: Path, entries: list[IndexEntry], selected: list[IndexEntry]) -> Held | None:
+        identity = checkout_identity(top, gitdir, entries, selected)
+        return None if identity is None else hold_index(top, selected, identity)
+
+
+KEPT_TREES = KeptTrees()

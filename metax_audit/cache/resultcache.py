@@ -39,7 +39,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def results_dir() -> Path:
-    from metax_audit.cache.cachedir import cache_root
+    from metax_audit.core.cachedir import cache_root
 
     return cache_root() / "results"
 

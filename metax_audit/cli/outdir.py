@@ -16,7 +16,7 @@ def default_output_dir(repo: Path | None, mode: str | None, rev: str | None, *, 
 
     The report must never land in the user's checkout (a `reports/` in their tree, or inside the
     package when run from a subfolder), so the default follows the repository, not the cwd."""
-    from metax_audit.cache.cachedir import cache_root
+    from metax_audit.core.cachedir import cache_root
 
     if mode == "installed":
         top, name = Path(repo or "site-packages").resolve(), "installed"
@@ -31,7 +31,7 @@ def default_output_dir(repo: Path | None, mode: str | None, rev: str | None, *, 
 def default_probe_output_dir(what: str, *, cache_dir: Path | None = None) -> Path:
     """`<cache>/reports/probes/<backend or target>`: as a review's, a probe run's reports never land in
     the checkout it was started from (the current directory), unless --output-dir says so."""
-    from metax_audit.cache.cachedir import cache_root
+    from metax_audit.core.cachedir import cache_root
 
     return cache_root(cache_dir) / "reports" / "probes" / _safe(what)
 

@@ -181,3 +181,25 @@ def write_blobs(repo: Path, dest: Path, entries: Iterable[TreeEntry], place: Cal
         with os.fdopen(fd, "wb") as fh:
             fh.write(blobs[e.oid])
     return len(files)
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One entry of the index as `git ls-files -z --stage` lists it."""
+
+    mode: str
+    blob: str
+    stage: str
+    path: str
+
+
+def parse_stage(out: str) -> list[IndexEntry]:
+    """`git ls-files -z --stage` output as entries (mode, blob, stage, path)."""
+    entries = []
+    for record in out.split("\0"):
+        if not record:
+            continue
+        head, _, path = record.partition("\t")
+        mode, blob, stage = [*head.split(" "), "", "", ""][:3]
+        entries.append(IndexEntry(mode, blob, stage, path))
+    return entries

@@ -12,7 +12,10 @@ import enum
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from metax_audit.core.gitcmd import IndexEntry
 
 T = TypeVar("T")
 
@@ -100,6 +103,26 @@ class Memo(Protocol):
     def units(self, kind: Kind, *parts: Any) -> Units | None:
         """The kept entries of the unit named by `parts`; None when nothing is kept (compute it)."""
         ...
+
+
+class HeldTree(Protocol):
+    """A kept snapshot brought up to date and locked for one review; release() unlocks it."""
+
+    root: Path
+    count: int  # its files
+    digest: str  # the tree digest of root (as resultcache.tree_digest computes it)
+
+    def release(self) -> None: ...
+
+
+class KeptTrees(Protocol):
+    """Snapshots kept between reviews (cache/kept_snapshot.py): the snapshot stage asks for the tree of
+    the selected files, up to date; None means export afresh (not a plain tree, or another review holds it)."""
+
+    def hold_worktree(self, top: Path, selected: list[str]) -> HeldTree | None: ...
+
+    def hold_index(self, top: Path, gitdir: Path, entries: list[IndexEntry], selected: list[IndexEntry],
+                   ) -> HeldTree | None: ...
 
 
 class _Computed:

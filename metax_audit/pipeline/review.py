@@ -153,10 +153,11 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
     # The static stages read only the port package, its config, C++ sources and stack pins; --test needs all.
     only = () if options.test_command else snapshot_mod.static_export(package, hint)
     run = _Run(export=only)
+    from metax_audit.cache.kept_snapshot import KEPT_TREES
     from metax_audit.pipeline.review_cache import cacheable
 
     with snapshot_mod.snapshot(mode, options.repo, rev, python=options.python, package=package, only=only,
-                               keep=cacheable(options)) as snap:
+                               keep=KEPT_TREES if cacheable(options) else None) as snap:
         if mode_note:
             snap = replace(snap, notes=(*snap.notes, mode_note))
         run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),

@@ -19,7 +19,8 @@ from metax_audit.core.errors import SnapshotError, SubprocessError
 from metax_audit.core.models import SnapshotInfo, SnapshotMode, TestRun
 
 if TYPE_CHECKING:
-    from metax_audit.cache.kept_snapshot import Held, IndexEntry
+    from metax_audit.core.gitcmd import IndexEntry
+    from metax_audit.core.memo import HeldTree, KeptTrees
 
 # Every git call goes through gitcmd (no fsmonitor, hooks, filters or textconv of the audited repo
 # ever run; GIT_OPTIONAL_LOCKS=0: no opportunistic index refresh). Blobs are read raw with
@@ -163,7 +164,7 @@ def has_staged_changes(repo: Path) -> bool:
 
 def _index_entries(repo: Path) -> list[IndexEntry]:
     """Every index entry (mode, blob, stage, path), from one `git ls-files --stage`."""
-    from metax_audit.cache.kept_snapshot import parse_stage
+    from metax_audit.core.gitcmd import parse_stage
 
     res = _git(repo, "ls-files", "-z", "--stage")
     if res.returncode != 0:
@@ -433,14 +434,14 @@ def snapshot(
     package: str = "vllm_metax",
     python: str | None = None,
     only: tuple[str, ...] = (),
-    keep: bool = False,
+    keep: KeptTrees | None = None,
 ) -> Iterator[SnapshotInfo]:
     """Export the subject under review into a temp dir, yield its record, always remove it.
 
     The user's repository is only read: no index refresh, stash, worktree, branch or checkout.
     `only` limits the export to these top-level paths (the port package and its config), which is
-    what the static stages read; `--test` needs the whole tree and passes none. With `keep`, a staged
-    or worktree review reads the snapshot kept in the cache dir (kept_snapshot.py), updated by what
+    what the static stages read; `--test` needs the whole tree and passes none. With `keep` (the pipeline's
+    kept snapshots), a staged or worktree review reads the snapshot kept there (kept_snapshot.py), updated by what
     changed and locked for the review, when the tree is plain and no other review holds it; the files
     are the same a fresh export writes.
     """
@@ -470,13 +471,13 @@ def snapshot(
                         raise SnapshotError(f"{top}: the index is empty, nothing is staged (stage files with git add, or use --worktree)")
                     long, bound_notes = _bounded([e.path for e in entries])
                     every_entry, entries = entries, [e for e in entries if e.path not in long]
-                    held = _hold_kept(top, gitdir, entries, only) if keep else None
+                    held = _hold_kept(keep, top, gitdir, entries, only) if keep is not None else None
                     export = partial(_export_index, top, entries=entries, only=only)
                 else:
                     rels, gitlinks = _worktree_paths(top, only)
                     long, bound_notes = _bounded(rels)
                     rels = [r for r in rels if r not in long]
-                    held = _hold_kept_worktree(top, rels, gitlinks) if keep else None
+                    held = _hold_kept_worktree(keep, top, rels, gitlinks) if keep is not None else None
                     export = partial(_export_worktree, top, rels=rels, gitlinks=gitlinks)
                 if held is not None:  # the kept snapshot, brought up to date (kept_snapshot.py)
                     root, count = held.root, held.count
@@ -511,25 +512,20 @@ def snapshot(
             tempdirs.remove_soon(tmp)
 
 
-def _hold_kept_worktree(top: Path, rels: list[str], gitlinks: set[str]) -> Held | None:
+def _hold_kept_worktree(keep: KeptTrees, top: Path, rels: list[str], gitlinks: set[str]) -> HeldTree | None:
     """The kept snapshot of the worktree's selected files, or None (as _hold_kept)."""
-    from metax_audit.cache import kept_snapshot
-
     if not rels or gitlinks.intersection(rels):
         return None
-    return kept_snapshot.hold_worktree(top, rels)
+    return keep.hold_worktree(top, rels)
 
 
-def _hold_kept(top: Path, gitdir: Path | None, entries: list[IndexEntry], only: tuple[str, ...]) -> Held | None:
+def _hold_kept(keep: KeptTrees, top: Path, gitdir: Path | None, entries: list[IndexEntry], only: tuple[str, ...],
+               ) -> HeldTree | None:
     """The kept snapshot of the selected index entries, or None: not a plain tree, or held by another review."""
-    from metax_audit.cache import kept_snapshot
-
     selected = [e for e in entries if _selected(e.path, only)]
-    identity = kept_snapshot.checkout_identity(top, gitdir, entries, selected) if gitdir and selected else None
-    if identity is None:
+    if gitdir is None or not selected:
         return None
-
-    return kept_snapshot.hold_index(top, selected, identity)
+    return keep.hold_index(top, gitdir, entries, selected)
 
 
 def default_mode(repo: Path | None) -> tuple[SnapshotMode, str | None, str]:

@@ -32,7 +32,7 @@ _UNCACHEABLE = {"timeout", "crash"}  # may be load or a flaky import: try again 
 
 def stack_cache_dir() -> Path:
     """`<cache>/stack`, the cache being $METAX_AUDIT_CACHE or ~/.cache/metax-audit."""
-    from metax_audit.cache.cachedir import cache_root
+    from metax_audit.core.cachedir import cache_root
 
     return cache_root() / "stack"
 
@@ -247,7 +247,7 @@ def _root_fingerprint(root: Path) -> list[Any]:
     never changed once its completion marker is written (a new extraction writes a new marker), so
     the marker stands for its files (a stat of each of vLLM's 2,238 files took 0.06 s every review);
     any other root by the stat of every file."""
-    from metax_audit.cache.cachedir import cache_root
+    from metax_audit.core.cachedir import cache_root
     from metax_audit.stages.upstream import COMPLETE_MARKER
 
     try:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from metax_audit.cache.cachedir import cache_root
 from metax_audit.core import fstree, inputs, subproc, tempdirs
+from metax_audit.core.cachedir import cache_root
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.memo import NO_MEMO, Kind, Memo

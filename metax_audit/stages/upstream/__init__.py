@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from metax_audit.cache.cachedir import cache_root
 from metax_audit.core import fstree, gitcmd, subproc, tempdirs
+from metax_audit.core.cachedir import cache_root
 from metax_audit.core.errors import ConfigError, SubprocessError, UpstreamError
 from metax_audit.core.models import UpstreamInfo
 

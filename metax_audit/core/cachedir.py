@@ -1,5 +1,5 @@
 # Where metax-audit keeps what it computes or downloads once and reuses (upstream sources, stack
-# facts): one root for every stage, so no stage imports another just to find the cache.
+# facts, the result cache): one root for every stage and the cache layer, so no stage imports the cache to find it.
 from __future__ import annotations
 
 import os
