@@ -247,3 +247,43 @@ def test_markdown_says_which_stages_did_not_run(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "**Stages that did not run:** trace (discover failed)" in summary
     assert "_The trace stage did not run: discover failed._" in summary
+
+
+def test_typed_evidence_of_a_binding_and_a_probe_finding_in_json_and_sarif():
+    """The installed signature and the probe result travel as records: the JSON report and SARIF carry their
+    fields (valid under the shipped schema); the evidence line the Markdown shows is the record's text."""
+    from metax_audit.core.findings import make_finding
+    from metax_audit.core.models import CallableFact, ProbeResult, StackFacts
+    from metax_audit.stages.checks.stack import installed_record
+    from metax_audit.stages.probing import probe_findings
+
+    fact = CallableFact("kern.decode.Wrapper.run", "ok", "import", "(self, q, *, out=None)", params=(),
+                        sourcefile="/site/kern/decode.py", line=30, distribution="kern", version="1.0+vendor2")
+    facts = StackFacts("python3", "now", "host", {fact.target: fact})
+    record = installed_record(fact, facts)
+    assert str(record) == "installed: kern.decode.Wrapper.run(self, q, *, out=None)  [import, kern 1.0+vendor2] at decode.py:30"
+    assert installed_record(replace(fact, stand_in="public base kern==1.0 of ..."), facts).read_from == "public-base"
+    assert installed_record(fact, replace(facts, source="manifest:m.json")).origin == "import via manifest:m.json"
+    binding = make_finding("MXA101", Location("port/a.py", 3), "kern.run(..., lse=...) - no parameter 'lse'",
+                           ["call: port/a.py:3: kern.run(q, lse=x)", str(record)], installed=record)
+    [probe] = probe_findings([ProbeResult("lse", "paged-decode", "kern:Wrapper", "mismatch", matched="log2",
+                                          expected="natural-log", device="cpu")])
+    assert probe.probe is not None and (probe.probe.verdict, probe.probe.observed, probe.probe.expected) == (
+        "mismatch", "log2", "natural-log")
+    report = rf.make_report()
+    report = replace(report, findings=(*report.findings, binding, probe))
+    data = to_json_dict(report)
+    jsonschema.Draft202012Validator(load_schema()).validate(data)
+    by_rule = {f["rule"]: f for f in data["findings"]}
+    assert by_rule["MXA101"]["installed"] == {"callable": "kern.decode.Wrapper.run", "signature": "(self, q, *, out=None)",
+                                              "read_from": "installed", "origin": "import", "file": "decode.py",
+                                              "line": 30, "distribution": "kern", "version": "1.0+vendor2"}
+    assert by_rule["MXA101"]["probe"] is None and by_rule[probe.rule]["installed"] is None
+    assert by_rule[probe.rule]["probe"]["observed"] == "log2"
+    results = to_sarif_dict(report)["runs"][0]["results"]
+    [sarif] = [r for r in results if r["ruleId"] == "MXA101"]
+    assert sarif["properties"]["installed"]["read_from"] == "installed"
+    broken = json.loads(json.dumps(data))
+    next(f for f in broken["findings"] if f["rule"] == "MXA101")["installed"]["read_from"] = "guessed"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(load_schema()).validate(broken)

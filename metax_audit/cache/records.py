@@ -15,8 +15,8 @@ RECORDS: dict[str, tuple[str, ...]] = {
     "metax_audit.core.models": (
         "AuditReport", "BackendChain", "BaselineState", "CallArg", "CallSite", "Category", "ChainHop",
         "ConfigSwitch", "Coverage", "Difference", "Discovery", "FileComparison", "FileRecord", "Finding",
-        "FlowEnd", "FlowStep", "Location", "LseFlow", "ParseProblem", "ParseProblemKind", "PriorityList",
-        "ProbeRequest", "ProbeResult", "Registration", "Severity", "Site", "SkippedFile", "SnapshotInfo", "SourceFile",
+        "FlowEnd", "FlowStep", "InstalledSignature", "Location", "LseFlow", "ParseProblem", "ParseProblemKind",
+        "PriorityList", "ProbeEvidence", "ProbeRequest", "ProbeResult", "Registration", "Severity", "Site", "SkippedFile", "SnapshotInfo", "SourceFile",
         "StageRecord", "TestRun", "UnboundPackage", "Unresolved", "UnresolvedKind", "UpstreamInfo",
     ),
     "metax_audit.core.config": ("AuditConfig",),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metax_audit.core.models import Category, Finding, Location, Severity, Site
+from metax_audit.core.models import Category, Finding, InstalledSignature, Location, ProbeEvidence, Severity, Site
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ def make_finding(
     *,
     key: str = "",
     sites: tuple[Site, ...] | list[Site] = (),
+    installed: InstalledSignature | None = None,
+    probe: ProbeEvidence | None = None,
 ) -> Finding:
     """`key` says what the finding is about when the message holds more (see fingerprints.py)."""
     r = RULES[rule_id]
@@ -48,6 +50,8 @@ def make_finding(
         evidence=tuple(evidence),
         key=key,
         sites=tuple(sites),
+        installed=installed,
+        probe=probe,
     )
 
 

@@ -74,6 +74,45 @@ class Site:
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
+@dataclass(frozen=True)
+class InstalledSignature:
+    """Typed evidence of a binding finding: the callable the call was checked against and where its
+    signature was read. Renderers format it (str() is the evidence line the Markdown shows)."""
+
+    callable: str  # dotted qualname: "flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper.run"
+    signature: str  # "(self, q, *, out=None)"; "" when none could be read
+    # "installed": imported in the target interpreter; "manifest": a captured stack manifest; "public-base": the
+    # public release of a pinned vendor build, read statically; "static": read from source (port, upstream, stub)
+    read_from: Literal["installed", "manifest", "public-base", "static"]
+    origin: str  # how the reading stage says it: "import", "static via manifest:m.json", "upstream vllm 0.26.0"
+    file: str = ""  # the file it was read from, as shown: a file name of the stack, a snapshot-relative path
+    line: int = 0
+    distribution: str = ""  # the installed distribution and version, when known
+    version: str = ""
+    style: Literal["installed", "def"] = "installed"  # how str() writes it (the two evidence lines of the checks)
+    defined_as: str = ""  # style "def": the name its def statement gives it
+
+    def __str__(self) -> str:
+        if self.style == "def":  # `origin: path:line: def name(params)` (a port or upstream callee)
+            return f"{self.origin}: {self.file}:{self.line}: def {self.defined_as}{self.signature}"
+        dist = " ".join(x for x in (self.distribution, self.version) if x)
+        where = f" at {self.file}:{self.line}" if self.file and self.line else ""
+        return f"installed: {self.callable}{self.signature or '(?)'}  [{self.origin}{', ' + dist if dist else ''}]{where}"
+
+
+@dataclass(frozen=True)
+class ProbeEvidence:
+    """Typed evidence of a probe finding: which probe ran on what, its verdict and what it observed."""
+
+    probe: str  # "lse", "layout", ...
+    target: str  # "flashinfer:BatchDecodeWithPagedKVCacheWrapper"
+    family: str  # "paged-decode"
+    verdict: str  # ProbeVerdict: "mismatch", "error", "not-checkable", ...
+    observed: str  # the hypothesis the kernel matched ("" none), or why it could not be checked
+    expected: str = ""  # the hypothesis a correct kernel matches
+    device: str = ""
+
+
 # The closed sets of words the records use (typing.Literal: the values stay plain strings in the
 # JSON report and in comparisons, and mypy checks every place that writes one).
 SnapshotMode = Literal["staged", "worktree", "rev", "installed", "directory"]
@@ -443,6 +482,8 @@ class Finding:
     # Every place the finding stands for, its own location first when it is one of them (a file the sync
     # left behind lists each function, an import error each import and each use that fails with it).
     sites: tuple[Site, ...] = ()
+    installed: InstalledSignature | None = None  # a binding finding: the signature the call was checked against
+    probe: ProbeEvidence | None = None  # a probe finding: the probe's result
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -18,7 +18,9 @@ from metax_audit.core.models import (
     Difference,
     FileRecord,
     Finding,
+    InstalledSignature,
     LseFlow,
+    ProbeEvidence,
     ProbeResult,
     Registration,
     SkippedFile,
@@ -202,11 +204,23 @@ def _finding(f: Finding) -> dict[str, Any]:
         "evidence": list(f.evidence),
         "sites": [{"path": x.path, "line": x.line, "symbol": x.symbol, "kind": x.kind, "detail": x.detail,
                    "verdict": x.verdict, "upstream": x.upstream, "change": x.change, "keywords": list(x.keywords)} for x in f.sites],
+        "installed": _installed(f.installed) if f.installed is not None else None,
+        "probe": _probe_evidence(f.probe) if f.probe is not None else None,
         "waived": f.waived,
         "waiver_reason": f.waiver_reason,
         "content": f.content,
         "status": f.baseline.value if f.baseline is not None else None,
     }
+
+
+def _installed(s: InstalledSignature) -> dict[str, Any]:
+    return {"callable": s.callable, "signature": s.signature, "read_from": s.read_from, "origin": s.origin,
+            "file": s.file, "line": s.line, "distribution": s.distribution, "version": s.version}
+
+
+def _probe_evidence(p: ProbeEvidence) -> dict[str, Any]:
+    return {"probe": p.probe, "target": p.target, "family": p.family, "verdict": p.verdict, "observed": p.observed,
+            "expected": p.expected, "device": p.device}
 
 
 def _probe(p: ProbeResult) -> dict[str, Any]:

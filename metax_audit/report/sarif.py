@@ -128,6 +128,14 @@ def _result(f: Finding, index: dict[str, int]) -> dict[str, Any]:
         "partialFingerprints": {"metaxAuditFindingId/v2": f.id},
         "properties": {"category": f.category.value, "findingId": f.id},
     }
+    if f.installed is not None:  # the typed evidence, as the JSON report has it
+        from metax_audit.report.json_report import _installed
+
+        result["properties"]["installed"] = _installed(f.installed)
+    if f.probe is not None:
+        from metax_audit.report.json_report import _probe_evidence
+
+        result["properties"]["probe"] = _probe_evidence(f.probe)
     if f.baseline is not None:  # SARIF's word for "fixed" results is absent; changed is updated
         result["baselineState"] = {"new": "new", "changed": "updated", "unchanged": "unchanged"}.get(f.baseline.value, "absent")
     # "." marks a finding about the whole snapshot (a failed test command): no file to point at.

@@ -9,7 +9,16 @@ from pathlib import Path
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.memo import NO_MEMO, Memo, file_digest
-from metax_audit.core.models import CallSite, Category, Finding, Location, ParamFact, Severity, TraceResult
+from metax_audit.core.models import (
+    CallSite,
+    Category,
+    Finding,
+    InstalledSignature,
+    Location,
+    ParamFact,
+    Severity,
+    TraceResult,
+)
 from metax_audit.stages.checks.signatures import Binding, bind
 from metax_audit.stages.checks.stack import call_text, checked_calls
 from metax_audit.stages.trace.resolve import Resolver
@@ -157,7 +166,10 @@ def _group_findings(root: Path, calls: list[CallSite], symbols: SymbolTable, res
     call = calls[0]
     problems, fn = results[0]  # type: ignore[misc]
     label = symbols.label(symbols.provider(fn.dotted))
-    where = f"{label}: {fn.info.path}:{fn.node.lineno}: {_signature_text(fn)}"
+    # typed: the callee's signature as read from source; str() is the evidence line
+    read = InstalledSignature(fn.dotted, f"({ast.unparse(fn.node.args)})", "static", label, fn.info.path, fn.node.lineno,
+                              style="def", defined_as=fn.node.name)
+    where = str(read)
     base = _at_base(call, symbols, base_resolver, base_params_of)
     by_rule: dict[str, list[tuple[str, str]]] = {}
     for rid, key, msg in problems:
@@ -165,7 +177,8 @@ def _group_findings(root: Path, calls: list[CallSite], symbols: SymbolTable, res
     for rid, items in by_rule.items():
         ev = [call_text(root, call), where, *([base] if base else [])]
         yield make_finding(rid, Location(call.location.path, call.location.line, f"{call.caller}:{call.resolved}:{items[0][0]}"),
-                           f"{call.callee_text}(...): " + "; ".join(m for _, m in items) + f" in {fn.dotted}", ev)
+                           f"{call.callee_text}(...): " + "; ".join(m for _, m in items) + f" in {fn.dotted}", ev,
+                           installed=read)
 
 
 def _at_base(call: CallSite, symbols: SymbolTable, resolver: Resolver | None, params_of: dict[str, _Params] | None = None) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Finding, Location, Severity, StackFacts, TraceResult
 from metax_audit.stages.checks.signatures import bind
-from metax_audit.stages.checks.stack import call_text, checked_calls, installed_text, usable
+from metax_audit.stages.checks.stack import call_text, checked_calls, installed_record, usable
 
 rule("MXA110", Category.KWARGS_SWALLOWED, Severity.WARNING, "keyword lands in the kernel's **kwargs and the kernel never reads it",
      "The installed callable accepts the keyword only through **kwargs, its body never reads that name and does not "
@@ -33,11 +33,14 @@ def check_kwargs(root: Path, trace: TraceResult, facts: StackFacts) -> Iterator[
                      + ("; forwards it" if fact.kwargs_forwarded else "; does not forward it")) if reads is not None \
             else f"callee body not readable ({fact.source}); reads from **{var} unknown"
         for arg in b.swallowed:
-            evidence = [call_text(root, call), installed_text(fact, facts), read_text]
+            installed = installed_record(fact, facts)
+            evidence = [call_text(root, call), str(installed), read_text]
             loc = Location(call.location.path, call.location.line, f"{call.caller}:{call.resolved}:{arg.name}")
             if reads is not None and arg.name in reads:
                 continue  # read by name: accepted and used
             if reads is not None and not fact.kwargs_forwarded:
-                yield make_finding("MXA110", loc, f"{call.callee_text}(..., {arg.name}=...) is swallowed by **{var} of {fact.target}, which never reads {arg.name!r}", evidence)
+                yield make_finding("MXA110", loc, f"{call.callee_text}(..., {arg.name}=...) is swallowed by **{var} of {fact.target}, which never reads {arg.name!r}", evidence,
+                                   installed=installed)
             else:
-                yield make_finding("MXA111", loc, f"{call.callee_text}(..., {arg.name}=...) goes through **{var} of {fact.target} without being read there", evidence)
+                yield make_finding("MXA111", loc, f"{call.callee_text}(..., {arg.name}=...) goes through **{var} of {fact.target} without being read there", evidence,
+                                   installed=installed)

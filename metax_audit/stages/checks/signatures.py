@@ -14,6 +14,7 @@ from metax_audit.core.models import (
     CallSite,
     Category,
     Finding,
+    InstalledSignature,
     Location,
     ParamFact,
     Severity,
@@ -23,7 +24,7 @@ from metax_audit.core.models import (
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.op_registrations import OpTable
 from metax_audit.stages.checks.passthrough import ForwardedOp, VendorSchema, forwarded_op, tail_name, vendor_schema
-from metax_audit.stages.checks.stack import build_note, call_text, checked_calls, installed_text, usable
+from metax_audit.stages.checks.stack import build_note, call_text, checked_calls, installed_record, usable
 
 rule("MXA101", Category.SIGNATURE, Severity.ERROR, "call passes a keyword the installed kernel does not accept",
      "The installed callable has no parameter of that name and no **kwargs, so the call raises TypeError "
@@ -170,7 +171,8 @@ def check_signatures(
             continue
         assert fact.params is not None
         b = bind(call, fact.params)
-        both: tuple[str, ...] = (call_text(root, call), installed_text(fact, facts), *build_note(fact))
+        installed = installed_record(fact, facts)  # typed; its text is the evidence line the Markdown shows
+        both: tuple[str, ...] = (call_text(root, call), str(installed), *build_note(fact))
         severity = None
         if fact.stand_in and fact.stand_in_extended:  # a public base the vendor build is known to extend (config
             severity = Severity.WARNING  # vendor-extends): what it lacks the vendor build may take; else an error
@@ -183,7 +185,8 @@ def check_signatures(
         for arg in b.unknown:
             finding = make_finding("MXA101", _loc(call, arg.name or ""),
                                    f"{call.callee_text}(..., {arg.name}=...) - installed {fact.target} has no parameter {arg.name!r}",
-                                   [*both, f"accepted keywords: {_accepted(fact.params)}"], severity=severity)
+                                   [*both, f"accepted keywords: {_accepted(fact.params)}"], severity=severity,
+                                   installed=installed)
             if fact.stand_in:  # one root cause: the port assumes the vendor build takes this keyword
                 package = fact.target.split(".", 1)[0]
                 stand_in_keywords.setdefault((package, arg.name or ""), []).append(finding)
@@ -194,15 +197,16 @@ def check_signatures(
             given = takes + len(b.extra_positional)
             yield make_finding("MXA102", _loc(call, "positional"),
                                f"{call.callee_text} gets {given} positional arguments; installed {fact.target} takes {takes}",
-                               [*both, "extra: " + ", ".join(a.text for a in b.extra_positional)], severity=severity)
+                               [*both, "extra: " + ", ".join(a.text for a in b.extra_positional)], severity=severity,
+                               installed=installed)
         for arg, why in b.duplicate:
             yield make_finding("MXA104", _loc(call, arg.name or ""), f"{call.callee_text}: {why} in installed {fact.target}", both,
-                               severity=severity)
+                               severity=severity, installed=installed)
         for param in b.missing:
             yield make_finding("MXA103", _loc(call, param.name),
                                f"{call.callee_text} does not pass {param.name!r}, required by installed {fact.target}", both,
-                               severity=severity)
-        yield from _moved(call, b, fact, both, upstream_calls, vendor_ops, memo)
+                               severity=severity, installed=installed)
+        yield from _moved(call, b, fact, both, upstream_calls, vendor_ops, memo, installed)
     for (package, keyword), group in stand_in_keywords.items():
         yield _one_root_cause(package, keyword, group)
     for target, calls in not_checked.items():
@@ -274,7 +278,8 @@ def _vendor_landing(b: Binding, fact: CallableFact, vendor_ops: OpTable | None, 
 
 
 def _moved(call: CallSite, b: Binding, fact: CallableFact, both: tuple[str, ...], upstream_calls: Sequence[CallSite],
-           vendor_ops: OpTable | None = None, memo: FileMemo | None = None) -> Iterator[Finding]:
+           vendor_ops: OpTable | None = None, memo: FileMemo | None = None,
+           installed: InstalledSignature | None = None) -> Iterator[Finding]:
     up = _upstream_match(call, upstream_calls)
     if up is None:
         return
@@ -321,7 +326,7 @@ def _moved(call: CallSite, b: Binding, fact: CallableFact, both: tuple[str, ...]
                             "lands: " + "; ".join(lands),
                             "keeps working while the port's schema keeps this order; syncing the port's op to "
                             "upstream's order would break this call"],
-                           severity=Severity.INFO)
+                           severity=Severity.INFO, installed=installed)
         return
     yield make_finding("MXA105", _loc(call, f"pos{moved[0][0]}"), message, evidence,
-                       severity=Severity.ERROR if stale else None)
+                       severity=Severity.ERROR if stale else None, installed=installed)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from metax_audit.core.models import CallableFact, CallSite, StackFacts, TraceResult
+from metax_audit.core.models import CallableFact, CallSite, InstalledSignature, StackFacts, TraceResult
 from metax_audit.core.pysource import file_stamp, parse_file
 
-__all__ = ["build_note", "call_text", "calls_by_path", "checked_calls", "installed_calls", "installed_text", "parse_file", "short_callee", "source_line",
+__all__ = ["build_note", "call_text", "calls_by_path", "checked_calls", "installed_calls", "installed_record", "installed_text", "parse_file", "short_callee", "source_line",
            "usable"]
 
 
@@ -18,14 +19,22 @@ def usable(fact: CallableFact | None) -> bool:
     return fact is not None and fact.status == "ok" and fact.params is not None
 
 
-def installed_text(fact: CallableFact, facts: StackFacts) -> str:
-    """`module.qualname(signature)  [source, dist version]` - the installed side of the evidence."""
+def installed_record(fact: CallableFact, facts: StackFacts) -> InstalledSignature:
+    """The installed side of the evidence as a record: the callable, its signature, where it was read."""
     origin = fact.source
     if facts.source.startswith("manifest:"):
         origin += f" via {facts.source}"
-    dist = " ".join(x for x in (fact.distribution, fact.version) if x)
-    where = f" at {Path(fact.sourcefile).name}:{fact.line}" if fact.sourcefile and fact.line else ""
-    return f"installed: {fact.target}{fact.signature or '(?)'}  [{origin}{', ' + dist if dist else ''}]{where}"
+    read_from: Literal["installed", "manifest", "public-base", "static"] = (
+        "public-base" if fact.stand_in else "manifest" if facts.source.startswith("manifest:") or fact.source == "manifest"
+        else "installed" if fact.source == "import" else "static")
+    return InstalledSignature(fact.target, fact.signature or "", read_from, origin,
+                              Path(fact.sourcefile).name if fact.sourcefile else "", fact.line or 0,
+                              fact.distribution or "", fact.version or "")
+
+
+def installed_text(fact: CallableFact, facts: StackFacts) -> str:
+    """`module.qualname(signature)  [source, dist version]` - the installed side of the evidence."""
+    return str(installed_record(fact, facts))
 
 
 def build_note(fact: CallableFact) -> list[str]:

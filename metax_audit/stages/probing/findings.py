@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from metax_audit.core.findings import make_finding, rule
-from metax_audit.core.models import Category, Finding, Location, ProbeResult, Severity
+from metax_audit.core.models import Category, Finding, Location, ProbeEvidence, ProbeResult, Severity
 
 # ---------------------------------------------------------------- rules (MXA400-MXA449)
 
@@ -48,15 +48,18 @@ def probe_findings(results: Iterable[ProbeResult]) -> Iterator[Finding]:
     for r in results:
         loc = Location(path=f"probe:{r.target}", line=0, symbol=f"{r.probe}/{r.family}")
         ev = _evidence(r)
+        probe = ProbeEvidence(r.probe, r.target, r.family, r.verdict,
+                              (r.matched or "") if r.verdict == "mismatch" else (r.skipped_reason or ""), r.expected or "",
+                              r.device or "")
         if r.verdict == "mismatch":
             rid = _MISMATCH_RULE.get(r.probe, "MXA407")
             got = r.matched or "no hypothesis"
-            yield make_finding(rid, loc, f"{r.target} ({r.family}) {r.probe}: matched {got!r}, expected {r.expected!r}", ev)
+            yield make_finding(rid, loc, f"{r.target} ({r.family}) {r.probe}: matched {got!r}, expected {r.expected!r}", ev, probe=probe)
         elif r.verdict == "error":
             rid = _ERROR_RULE.get(r.probe, "MXA417")
-            yield make_finding(rid, loc, f"{r.target} ({r.family}) {r.probe}: {r.skipped_reason}", ev)
+            yield make_finding(rid, loc, f"{r.target} ({r.family}) {r.probe}: {r.skipped_reason}", ev, probe=probe)
         elif r.verdict == "not-checkable":
-            yield make_finding("MXA420", loc, f"{r.target} ({r.family}) {r.probe} not checkable: {r.skipped_reason}", ev)
+            yield make_finding("MXA420", loc, f"{r.target} ({r.family}) {r.probe} not checkable: {r.skipped_reason}", ev, probe=probe)
 
 
 def _evidence(r: ProbeResult) -> list[str]:
