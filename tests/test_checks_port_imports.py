@@ -99,6 +99,46 @@ def _setup(tmp_path: Path, source: str) -> tuple[Discovery, SymbolTable]:
     return d, symbols
 
 
+# A port that follows two releases branches on its own version test (config version-tests): the branch is
+# decided for the upstream release under review (2.0 here), never guessed for a pre-release.
+_TEST = "from port.own import mine as up_is\n"
+VERSION_CASES = [
+    Case("version-branch-not-taken", _TEST + "if up_is('1.0'):\n    from up.core import gone\nelse:\n    from up.core import kept\n",
+         Severity.INFO, "not taken with upstream up 2.0"),
+    Case("version-else-not-taken", _TEST + "if up_is('2.0'):\n    from up.core import kept\nelse:\n    from up.core import gone\n",
+         Severity.INFO, "if not (up_is('2.0'))"),
+    Case("version-branch-taken", _TEST + "if up_is('2.0'):\n    from up.core import gone\n", Severity.ERROR,
+         "holds with upstream up 2.0"),
+    Case("version-else-taken", _TEST + "if up_is('1.0'):\n    pass\nelse:\n    from up.core import gone\n", Severity.ERROR),
+    Case("version-and-not-taken", _TEST + "import sys\nif up_is('1.0') and sys.platform == 'linux':\n    from up.core import gone\n",
+         Severity.INFO),
+    Case("version-or-undecided", _TEST + "import sys\nif up_is('1.0') or sys.platform == 'linux':\n    from up.core import gone\n",
+         Severity.WARNING),
+    Case("version-pre-release", _TEST + "if up_is('2.0rc1'):\n    from up.core import gone\n", Severity.WARNING),
+    Case("not-a-version-test", "from port.own import mine as other\nif other('1.0'):\n    from up.core import gone\n",
+         Severity.WARNING),
+    Case("version-lazy-not-taken", _TEST + "def f():\n    if up_is('1.0'):\n        from up.core import gone\n        return gone\n",
+         Severity.INFO),
+]
+
+
+@pytest.mark.parametrize("case", VERSION_CASES, ids=[c.id for c in VERSION_CASES])
+def test_version_branches(tmp_path: Path, case: Case) -> None:
+    d, _ = _setup(tmp_path, case.source)
+    symbols = SymbolTable.build(d.root, "port", tmp_path / "up", "up", upstream_version="2.0", base_root=tmp_path / "base",
+                                base_version="1.0", version_tests={"up_is": "=="})
+    found = list(check_port_imports(d, symbols))
+    assert [f.severity for f in found] == [case.severity], [f.evidence for f in found]
+    assert case.evidence in "\n".join(found[0].evidence)
+
+
+def test_version_tests_need_the_release(tmp_path: Path) -> None:
+    """Without the release under review (an upstream directory of unknown version) nothing is decided."""
+    d, _ = _setup(tmp_path, _TEST + "if up_is('1.0'):\n    from up.core import gone\n")
+    symbols = SymbolTable.build(d.root, "port", tmp_path / "up", "up", version_tests={"up_is": "=="})
+    assert [f.severity for f in check_port_imports(d, symbols)] == [Severity.WARNING]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_import_table(tmp_path: Path, case: Case) -> None:
     d, symbols = _setup(tmp_path, case.source)

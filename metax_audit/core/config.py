@@ -9,6 +9,7 @@ from typing import Any
 
 from metax_audit.core import inputs
 from metax_audit.core.errors import ConfigError
+from metax_audit.core.versions import COMPARISONS
 
 DEFAULT_SCOPE = (
     "{port}/v1/attention/**/*.py",
@@ -51,6 +52,10 @@ class AuditConfig:
     kernel_sources: tuple[str, ...] = ()
     # Platform methods that return backend class paths as strings (read as registrations).
     selectors: tuple[str, ...] = ("get_attn_backend_cls",)
+    # The port's helpers that test the installed upstream release: name -> how the release compares with the
+    # helper's one literal argument (vllm-ascend: {vllm_version_is: "=="}). A branch on one is decided for the
+    # release under review (an import in a branch it does not take is info, never a break of that release).
+    version_tests: dict[str, str] = field(default_factory=dict)
     max_file_bytes: int = 2_000_000  # larger files are recorded as not analysed (generated code)
     # The port's C++/CUDA source dirs (repo-relative): its TORCH_LIBRARY op registrations are read statically.
     native_sources: tuple[str, ...] = ("csrc",)
@@ -139,6 +144,13 @@ def _check(name: str, key: str, value: object, default: object, origin: str) -> 
         if not isinstance(value, dict):
             raise _fail(origin, key, f"must be a mapping of port path to upstream path (got {type(value).__name__})")
         return {_repo_path(origin, key, k): _repo_path(origin, key, v) for k, v in value.items()}
+    if name == "version_tests":
+        if not isinstance(value, dict):
+            raise _fail(origin, key, f"must be a mapping of a function name to one of {' '.join(COMPARISONS)} (got {value!r})")
+        for fn, op in value.items():
+            if not isinstance(fn, str) or not fn.isidentifier() or op not in COMPARISONS:
+                raise _fail(origin, key, f"maps {fn!r} to {op!r}: a function name must map to one of {' '.join(COMPARISONS)}")
+        return dict(value)
     if name == "severity_overrides":
         if not isinstance(value, dict):
             raise _fail(origin, key, f"must be a mapping of rule id to error, warning or info (got {value!r})")

@@ -459,7 +459,8 @@ def _symbols(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | No
     return SymbolTable.build(st.snap.root, st.config.port_package, upstream.root if upstream else None,
                              st.config.upstream_package, max_bytes=st.config.max_file_bytes,
                              upstream_version=upstream.version if upstream else None,
-                             base_root=base.root if base else None, base_version=base.version if base else None)
+                             base_root=base.root if base else None, base_version=base.version if base else None,
+                             version_tests=st.config.version_tests)
 
 
 @dataclass(frozen=True)

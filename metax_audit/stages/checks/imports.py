@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, Site, StackFacts
 from metax_audit.core.pysource import ImportedName, file_imported_names, imported_names, module_name, walk_nodes
+from metax_audit.core.versions import branch_taken
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import build_note, source_line
 from metax_audit.stages.trace.modules import ModuleInfo
@@ -353,14 +354,14 @@ def absorb_consequences(findings: list[Finding]) -> list[Finding]:
 def check_port_imports(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None,
                        units: TraceMemo | None = None) -> Iterator[Finding]:
     for broken in broken_imports(discovery, symbols, memo, units):
-        yield _broken_finding(discovery.root, broken)
+        yield _broken_finding(discovery.root, broken, symbols)
 
 
-def _broken_finding(root: Path, b: BrokenImport) -> Finding:
+def _broken_finding(root: Path, b: BrokenImport, symbols: SymbolTable | None = None) -> Finding:
     a = b.answer
     first = b.sites[0]
     what = f"module {a.module}" if a.name is None else f"{a.name!r} from {a.module}"
-    severity, why = _severity(b)
+    severity, why = _severity(b, symbols)
     ev = [f"port: {s.path}:{s.line}: {source_line(root, s.path, s.line)}" + (f"  (lazy, in {s.function})" if s.function else "")
           for s in b.sites[:8]]
     ev.append(f"{a.label}: {a.reason or 'not found'}")
@@ -382,19 +383,32 @@ def _broken_finding(root: Path, b: BrokenImport) -> Finding:
                         f"imports {what}, which {a.label} does not define{more}", ev, severity=severity, sites=sites)
 
 
-def _severity(b: BrokenImport) -> tuple[Severity, list[str]]:
-    """The least guarded site decides: one unguarded import breaks the module."""
+def _severity(b: BrokenImport, symbols: SymbolTable | None = None) -> tuple[Severity, list[str]]:
+    """The least guarded site decides: one unguarded import breaks the module. A branch on one of the
+    port's version tests (config version-tests) is decided for the upstream release under review: not
+    taken, the import never runs with it (info); taken, the test guards nothing."""
     best: tuple[int, Severity, list[str]] | None = None
+    tests = symbols.version_tests if symbols is not None else {}
+    version = symbols.upstream_version if symbols is not None else None
     for s in b.sites:
         rank, sev, notes = 3, Severity.ERROR, ["unguarded: importing the module fails" if not s.function else f"fails when {s.function} runs"]
-        if any(g.kind == "type-checking" for g in s.guards):
+        decided = {g: branch_taken(g.text, tests, version) for g in s.guards if g.kind == "if"}
+        dead = next((g for g, taken in decided.items() if taken is False), None)
+        if dead is not None:
+            assert symbols is not None
+            rank, sev, notes = 0, Severity.INFO, [f"guarded: {dead.text} - not taken with {symbols.upstream_label} "
+                                                  "(the port's version test): the import never runs with this release"]
+        elif any(g.kind == "type-checking" for g in s.guards):
             runtime = [u for u in b.uses if u[0] == s.path]
             if runtime:
                 rank, sev, notes = 3, Severity.ERROR, [f"imported under if TYPE_CHECKING but used at runtime ({runtime[0][0]}:{runtime[0][1]}): NameError"]
             else:
                 rank, sev, notes = 1, Severity.INFO, ["guarded: if TYPE_CHECKING, used only in annotations (never imported at runtime)"]
         else:
-            guards = [g for g in s.guards if not (g.kind == "try" and g.reraises)]
+            guards = [g for g in s.guards if not (g.kind == "try" and g.reraises) and decided.get(g) is not True]
+            held = [g for g, taken in decided.items() if taken is True]
+            if held and symbols is not None:
+                notes = [*notes, f"{held[-1].text} holds with {symbols.upstream_label} (the port's version test): it guards nothing here"]
             if guards:
                 # The port guards the import (try/except ImportError, an availability check): the guard says
                 # the name may be absent and what runs then; info with the guard as evidence. Another condition

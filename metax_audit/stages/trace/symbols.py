@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -65,8 +66,14 @@ class SymbolTable:
     """One resolver over port, upstream, base and kernel stack; see the usage block above."""
 
     def __init__(self, index: ModuleIndex, *, upstream_label: str = "upstream", port_label: str = "port snapshot",
-                 base_index: ModuleIndex | None = None, base_label: str = "") -> None:
+                 base_index: ModuleIndex | None = None, base_label: str = "", upstream_version: str | None = None,
+                 version_tests: Mapping[str, str] | None = None) -> None:
         self.index = index
+        # The upstream release under review and the port's tests of it (config version-tests: a helper's
+        # name -> how it compares the installed release with its argument): a branch on such a test is
+        # decided for this release (core.versions).
+        self.upstream_version = upstream_version
+        self.version_tests: dict[str, str] = dict(version_tests or {})
         self.resolver = Resolver(index)
         self.upstream_label = upstream_label
         self.port_label = port_label
@@ -82,14 +89,15 @@ class SymbolTable:
     @classmethod
     def build(cls, port_root: Path, port_package: str, upstream_root: Path | None, upstream_package: str, *,
               max_bytes: int = 2_000_000, upstream_version: str | None = None, base_root: Path | None = None,
-              base_version: str | None = None) -> SymbolTable:
+              base_version: str | None = None, version_tests: Mapping[str, str] | None = None) -> SymbolTable:
         index = ModuleIndex(port_root, port_package, upstream_root, upstream_package, max_bytes)
         base = None
         if base_root is not None:
             # The base release is read only where an answer needs it ("did the name exist at the base?").
             base = ModuleIndex(Path("/nonexistent-port-root"), port_package, base_root, upstream_package, max_bytes)
         return cls(index, upstream_label=f"upstream {upstream_package} {upstream_version or '(version unknown)'}",
-                   base_index=base, base_label=f"base {upstream_package} {base_version or '(version unknown)'}")
+                   base_index=base, base_label=f"base {upstream_package} {base_version or '(version unknown)'}",
+                   upstream_version=upstream_version, version_tests=version_tests)
 
     def attach_stack(self, facts: StackFacts | None) -> None:
         """The kernel stack's facts (installed, manifest or static) arrive after introspection."""
