@@ -88,6 +88,14 @@ ATTRIBUTE_CASES = [
     Case("unreadable-base", "import torch\nclass P(torch.nn.Module):\n    def f(self):\n        return self.weight\n", ()),
     Case("hasattr-guard", CLASS + "class P(UpBase):\n    def f(self):\n        if hasattr(self, 'maybe'):\n            return self.maybe\n", ()),
     Case("set-from-outside", CLASS + "class P(UpBase):\n    def f(self):\n        return self.filled\n\ndef fill(p):\n    p.filled = 1\n", ()),
+    # self.x set in an unrelated class's method defines x for that class, not for another that reads self.x
+    Case("set-on-self-of-an-unrelated-class", CLASS + "class Q(UpBase):\n    def __init__(self):\n        self.shared = 1\n\n"
+         "class P(UpBase):\n    def f(self):\n        return self.shared\n", ("MXA125",), "reads 'shared' on P"),
+    # ... but a subclass that sets it answers for the base's (or mixin's) read on its instances
+    Case("set-on-self-by-a-subclass", CLASS + "class Mixin:\n    def f(self):\n        return self.made\n\n"
+         "class Concrete(Mixin, UpBase):\n    def __init__(self):\n        self.made = 1\n", ()),
+    Case("set-on-a-class-attribute-elsewhere", CLASS + "class P(UpBase):\n    def f(self):\n        return self.late\n\n"
+         "class Q:\n    @classmethod\n    def g(cls, p):\n        p.late = 1\n", ()),
     Case("setattr-computed", CLASS + "class P(UpBase):\n    def __init__(self, **kw):\n        for k, v in kw.items():\n            setattr(self, k, v)\n    def f(self):\n        return self.any\n", ()),
     Case("dataclass-field", "from dataclasses import dataclass\n@dataclass\nclass P:\n    a: int\n    def f(self):\n        return self.a\n", ()),
     Case("super-method", CLASS + "class P(UpBase):\n    def hook(self):\n        return super().hook() + super().gone()\n", ("MXA125",), "super().gone"),
@@ -143,7 +151,7 @@ def test_binding_checks_keep_each_files_reads_in_their_own_memo(tmp_path: Path) 
 
     _run(tmp_path, ATTRIBUTE_CASES[2].source)
     units = {u[0] for f in (results_dir() / "binding-file").glob("*.entry") for u in STORE.get(Key(Kind.BINDING_FILE, f.stem))}
-    assert units == {"import-sites", "type-checking-uses", "method-reads", "assigned", "stored-names", "class-facts", "free-names",
+    assert units == {"import-sites", "type-checking-uses", "method-reads", "assigned-elsewhere", "stored-names", "class-facts", "free-names",
                      "attribute-loads"}
     assert not (results_dir() / "checks-file").exists()  # the parent's records are another kind
 

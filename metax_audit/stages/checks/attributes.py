@@ -165,6 +165,8 @@ def check_attributes(discovery: Discovery, symbols: SymbolTable, memo: FileMemo 
             continue
         if is_super and not any(isinstance(c, Cls) for c in symbols.resolver.mro(cls)[1:]):
             continue
+        if not is_super and _subclass_sets(symbols, cls, attr, scope_classes):
+            continue  # a subclass sets it on self: a mixin's or base's read on the subclass's instances
         near = difflib.get_close_matches(attr, sorted(n for n in names if not n.startswith("__")), n=3, cutoff=0.7)
         reads = sorted(reads, key=lambda r: (r.path, r.line))
         first = reads[0]
@@ -442,6 +444,13 @@ def _methods(cls: Cls) -> Iterator[tuple[str, list[ast.Attribute], list[ast.Attr
         yield recv, [r for r in reads if r.attr not in guarded], supers
 
 
+def _subclass_sets(symbols: SymbolTable, cls: Cls, attr: str, scope_classes: list[Cls]) -> bool:
+    """Whether a class in scope that has `cls` in its MRO assigns `self.attr` (or `cls.attr`) in its body."""
+    return any(c.dotted != cls.dotted and cls in symbols.resolver.mro(c)[1:] and any(
+        isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and n.attr == attr and isinstance(n.value, ast.Name)
+        and n.value.id in {"self", "cls"} for n in walk_nodes(c.node)) for c in scope_classes)
+
+
 def _real_class(discovery: Discovery, symbols: SymbolTable, a: _Attributes, cls: Cls, attr: str,
                scope_classes: list[Cls]) -> tuple[Cls, str] | None:
     """A subclass of `cls` (in scope) that defines `attr`, with where the port makes an object of it: `x.__class__ =
@@ -475,8 +484,10 @@ def _real_class(discovery: Discovery, symbols: SymbolTable, a: _Attributes, cls:
 
 
 def _assigned_anywhere(discovery: Discovery, symbols: SymbolTable, memo: FileMemo | None = None) -> set[str]:
-    """Attribute names the port's files in scope assign on any object: an instance attribute set
-    from outside its class (a builder filling a metadata object) is defined for this check."""
+    """Attribute names the port's files in scope assign on an object other than self or cls: an
+    instance attribute set from outside its class (a builder filling a metadata object) is defined for
+    this check. `self.x = ...` in a method defines x for that class and the classes of its MRO (the
+    class facts), not for an unrelated class that reads self.x."""
     out: set[str] = set()
     swapped_to: set[str] = set()  # classes an object is switched to at runtime (`obj.__class__ = Sub`)
     classes: dict[str, list[set[str]]] = {}
@@ -485,7 +496,7 @@ def _assigned_anywhere(discovery: Discovery, symbols: SymbolTable, memo: FileMem
         if info is None:
             continue
         kept = memo is not None and read_from(info, sf.path)
-        assigned, swapped, members = memo.get(sf.path, ("assigned",), partial(_assigned_in, info)) if memo and kept \
+        assigned, swapped, members = memo.get(sf.path, ("assigned-elsewhere",), partial(_assigned_in, info)) if memo and kept \
             else _assigned_in(info)
         out |= assigned
         swapped_to |= swapped
@@ -507,7 +518,8 @@ def _assigned_in(info: ModuleInfo) -> tuple[set[str], set[str], list[tuple[str, 
     classes: list[tuple[str, set[str]]] = []
     for node in walk_nodes(info.tree):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            out.add(node.attr)
+            if not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}):
+                out.add(node.attr)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and len(node.args) >= 2:
             arg = node.args[1]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
