@@ -146,6 +146,21 @@ def test_required_parameter_dropped_and_passed_by_an_upstream_caller_is_an_error
     assert forward.severity.value == "warning"
 
 
+def test_optional_parameter_dropped_and_passed_positionally_by_an_upstream_caller_is_an_error(trees: tuple[Path, Path]) -> None:
+    """The override drops an optional parameter that an upstream caller passes by position (one argument more than the
+    override takes): TypeError when that call runs. A caller that leaves it out keeps the finding a warning."""
+    port, up = trees
+    (up / "vllm/v1/engine.py").write_text("def run(backend):\n    return backend.get_kv_cache_shape(1, 16, 8, 128)\n")
+    _, findings = _review(port, up)
+    shape = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
+    assert shape.severity.value == "warning" and "drops the optional parameter `cache_dtype_str`" in shape.message
+    (up / "vllm/v1/engine.py").write_text("def run(backend):\n    return backend.get_kv_cache_shape(1, 16, 8, 128, 'fp8')\n")
+    _, findings = _review(port, up)
+    shape = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
+    assert shape.severity.value == "error"
+    assert "upstream caller vllm/v1/engine.py:2 passes 5 positional arguments" in shape.evidence
+
+
 def test_role_through_the_ports_own_base_class_in_another_file(trees: tuple[Path, Path]) -> None:
     port, up = trees
     (port / "vllm_npu/attention/base_b.py").write_text(

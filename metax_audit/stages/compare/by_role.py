@@ -209,11 +209,13 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
             dropped = [n for n in _params(up).names if n not in _params(fn).names]
             seen = callers(name, dropped, len(_params(fn).positional), _params(fn).varargs)
             # A required parameter every call through the base passes, and an upstream call that does; or an
-            # upstream call through the base that names the dropped parameter by keyword (optional or not):
+            # upstream call through the base that names the dropped parameter by keyword (optional or not), or
+            # passes more positional arguments than the override takes (the dropped one among them):
             # TypeError whenever that call runs.
             by_keyword = any(f" passes {d}=" in text for text in seen for d in dropped)
-            sev = Severity.ERROR if seen and (by_keyword or set(dropped) & _params(up).required) and name not in _GENERIC \
-                else None
+            by_position = any(text.endswith(" positional arguments") for text in seen)
+            sev = Severity.ERROR if seen and (by_keyword or by_position or set(dropped) & _params(up).required) \
+                and name not in _GENERIC else None
             yield None, make_finding(
                 R_OVERRIDE, Location(port_path, fn.lineno, qual),
                 f"{qual} overrides {owner.node.name}.{name} but {problem}",
