@@ -261,8 +261,11 @@ class _Background:
     def __init__(self, run: _Run, prestarted: introspect_mod.Prestarted | None) -> None:
         self._run = run
         self.prestarted = prestarted
+        self.pins: _PinsAhead | None = None  # the stack pins bound on a thread (_start_stack_pins)
 
     def fork(self, fn: Callable[[], T], nice: int = 5) -> Forked[T]:
+        if self.pins is not None:
+            self.pins.join()  # Forked does not fork beside a live thread: the bindings are waited for first
         child = _CountedFork(fn, nice=nice)
         self._run.closers.append(child.close)
         return child
@@ -286,6 +289,8 @@ class _Background:
         return wait
 
     def close(self) -> None:
+        if self.pins is not None:
+            self.pins.join()  # its subprocesses end with it (a pip query, an index lookup)
         if self.prestarted is not None:
             self.prestarted.discard()  # a no-op once introspection used it
         for close in self._run.closers:
@@ -297,6 +302,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
 
     early = start_compare_early(background.fork, st.snap.root, st.config, *_early_releases(st), repo=st.snap.repo,
                                 paths=st.options.paths, use_cache=not st.options.no_cache)  # beside discover
+    background.pins = _start_stack_pins(st)  # beside discover and the trace (it waits on pip and the index)
     discovery = _discover_stage(st)
     upstream, base = _upstream_stage(st)
     ahead = start_compare(background.fork, discovery, st.config, upstream, base, repo=st.snap.repo,
@@ -304,7 +310,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     symbols = _symbols(st, upstream, base)
     during = _start_during_trace(st, ahead.predicted, symbols, upstream, base, background)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
-    stand_ins = _stack_pins_stage(st, trace)
+    stand_ins = _stack_pins_stage(st, trace, background.pins)
     binding, (contracts, dataflow) = _after_trace(st, discovery, trace, symbols, upstream, base, background, during)
     collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
@@ -557,21 +563,88 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
     return discovery, trace
 
 
-def _stack_pins_stage(st: _Stages, trace: TraceResult) -> tuple[StackBinding, ...]:
-    """The kernel stack the reviewed revision pins, and what each pinned package is bound against. A
-    package that cannot be bound stops the review (StackBindingError: exit 2, one line each) unless
-    allow-unbound accepts it; then the report counts the calls into it that went unchecked."""
-    from metax_audit.core.errors import StackBindingError
+class _PinsAhead:
+    """stack_pins.bind (and the kernel-sources roots it reads) on a thread started before discover: its
+    seconds are mostly waits on subprocesses and the package index (`pip config list`, a lookup of
+    the public base of a pin that is not installed), which overlap discover and the trace. join()
+    hands back what bind returned or re-raises what it raised; the stages are recorded by the
+    caller where they ran before (kernel-sources, then stack-pins), so the report reads the same."""
+
+    def __init__(self, st: _Stages) -> None:
+        import threading
+
+        self._st = st
+        self._done: tuple[str, object, list[str], float, float] | None = None
+        self._thread = threading.Thread(target=self._work, name="metax-audit-stack-pins", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        from metax_audit.stages.introspect import stack_pins
+        from metax_audit.stages.upstream import kernel_source_roots
+
+        st, roots_seconds, begun = self._st, 0.0, time.perf_counter()
+        roots_notes: list[str] = []
+        try:
+            roots: tuple[Path, ...] = ()
+            if st.config.kernel_sources:
+                roots = kernel_source_roots(st.config.kernel_sources, st.options.cache_dir, roots_notes)
+                roots_seconds = time.perf_counter() - begun
+            self._roots = roots
+            bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
+                                       manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
+                                       fetch=not st.options.extra_path, kernel_roots=roots,
+                                       index_url=st.options.index_url, memo=st.memo)
+            self._done = ("ok", bindings, roots_notes, roots_seconds, time.perf_counter() - begun - roots_seconds)
+        except BaseException as exc:  # re-raised by join, in the review's own thread
+            self._done = ("raised", exc, roots_notes, roots_seconds, 0.0)
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self, st: _Stages) -> list[StackBinding]:
+        self.join()
+        assert self._done is not None
+        how, value, roots_notes, roots_seconds, seconds = self._done
+        if st.config.kernel_sources and st.run.kernel_roots is None and hasattr(self, "_roots"):
+            st.run.kernel_roots = self._roots
+            st.run.stages.append(StageRecord("kernel-sources", True, round(roots_seconds, 3), "; ".join(roots_notes)))
+        if how == "raised":
+            assert isinstance(value, BaseException)
+            raise value
+        self.seconds = seconds
+        return value  # type: ignore[return-value]
+
+
+def _start_stack_pins(st: _Stages) -> _PinsAhead | None:
+    """The stack pins bound on a thread beside discover and the trace (None when the revision pins
+    nothing: the stage then only says so)."""
     from metax_audit.stages.introspect import stack_pins
 
     if not stack_pins.read_pins(st.snap.root, st.config):
+        return None
+    return _PinsAhead(st)
+
+
+def _stack_pins_stage(st: _Stages, trace: TraceResult, ahead: _PinsAhead | None = None) -> tuple[StackBinding, ...]:
+    """The kernel stack the reviewed revision pins, and what each pinned package is bound against. A
+    package that cannot be bound stops the review (StackBindingError: exit 2, one line each) unless
+    allow-unbound accepts it; then the report counts the calls into it that went unchecked. With
+    `ahead` the bindings were computed on its thread (started before discover): the stage's seconds
+    are then bind's own, which overlapped discover and the trace."""
+    from metax_audit.core.errors import StackBindingError
+    from metax_audit.stages.introspect import stack_pins
+
+    if ahead is None and not stack_pins.read_pins(st.snap.root, st.config):
         st.run.skipped("stack-pins", f"no pin of {', '.join(st.config.kernel_modules)} in {', '.join(st.config.stack_files)}")
         return ()
+    if ahead is not None:
+        bindings = ahead.result(st)
     with st.run.stage("stack-pins", st.progress) as notes:
-        bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
-                                   manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
-                                   fetch=not st.options.extra_path, kernel_roots=_kernel_source_roots(st),
-                                   index_url=st.options.index_url, memo=st.memo)
+        if ahead is None:
+            bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
+                                       manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
+                                       fetch=not st.options.extra_path, kernel_roots=_kernel_source_roots(st),
+                                       index_url=st.options.index_url, memo=st.memo)
         st.run.findings += stack_pins.binding_findings(bindings)
         def calls_into(module: str) -> int:
             return sum(1 for c in trace.calls if c.resolved and (c.resolved == module or c.resolved.startswith(module + ".")))
@@ -594,6 +667,8 @@ def _stack_pins_stage(st: _Stages, trace: TraceResult) -> tuple[StackBinding, ..
                 st.run.kept_misses = None
         if refused:
             raise StackBindingError(refused)
+    if ahead is not None:  # bind's own seconds, not the moment left here
+        st.run.stages[-1] = replace(st.run.stages[-1], seconds=round(ahead.seconds, 3))
     return tuple(b for b in bindings if b.bound == "public-base")  # kernel-sources roots are static roots already
 
 
