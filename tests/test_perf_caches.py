@@ -215,6 +215,28 @@ def test_walk_nodes_lists_ast_walk_once_per_tree(tmp_path: Path) -> None:
     assert pysource.walk_nodes(other) is not nodes  # a different tree, even with the same text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "x = 1\n",
+        "class A(B, metaclass=M):\n    @d(1)\n    def f(self, x: int = 2, *a, k=3, **kw) -> None:\n"
+        "        return [y async for y in x if y] or {k: v for k, v in kw.items()}\n",
+        "try:\n    import a\nexcept (ImportError, OSError) as e:\n    a = None\nelse:\n    pass\nfinally:\n    del a\n",
+        "match p:\n    case [1, *rest] | {'k': _} if rest:\n        f'{p!r:>{w}}'\n    case _:\n        lambda q, /, r: q[r:2, ...]\n",
+        "with a as (b, c), d:\n    global g\n    x: list[int]\n    y = yield from z\n",
+    ],
+)
+def test_ast_walk_is_ast_walk(text: str) -> None:
+    tree = ast.parse(text)
+    assert [id(n) for n in pysource.ast_walk(tree)] == [id(n) for n in ast.walk(tree)]
+    expr = tree.body[0] if tree.body else tree
+    assert [id(n) for n in pysource.ast_walk(expr)] == [id(n) for n in ast.walk(expr)]
+    made = ast.BinOp(left=ast.Name(id="a"), op=ast.Add())  # a node built by hand, `right` left unset
+    assert [id(n) for n in pysource.ast_walk(made)] == [id(n) for n in ast.walk(made)]
+    assert list(pysource.walk_nodes(tree)) == list(ast.walk(tree))
+
+
 def _tokenized_comments(text: str) -> dict[int, str]:
     lines = text.splitlines()
     out = {}

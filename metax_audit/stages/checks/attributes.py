@@ -11,7 +11,7 @@ from functools import partial
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, Site
-from metax_audit.core.pysource import walk_nodes
+from metax_audit.core.pysource import ast_walk, walk_nodes
 from metax_audit.stages.checks.imports import READ, kept_import_sites, read_from
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.trace.modules import ModuleInfo, resolve_relative
@@ -91,11 +91,11 @@ def _own(cls: Cls) -> _ClassFacts:
             names.add(item.name)
             if item.name in _DYNAMIC_HOOKS:
                 dynamic = f"{cls.dotted} defines {item.name}"
-        for node in ast.walk(item) if not isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else ():
+        for node in ast_walk(item) if not isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else ():
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
         if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in item.targets):
-            for elt in ast.walk(item.value):
+            for elt in ast_walk(item.value):
                 if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
                     names.add(elt.value)
     for node in walk_nodes(cls.node):
@@ -202,7 +202,7 @@ def _constructed(cls_node: ast.ClassDef) -> dict[str, list[tuple[str, int]]]:
     for fn in cls_node.body:
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        for node in ast.walk(fn):
+        for node in ast_walk(fn):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
             value = getattr(node, "value", None)
             for t in targets:
@@ -350,7 +350,7 @@ def _enum_findings(discovery: Discovery, symbols: SymbolTable) -> Iterator[Findi
         if base and symbols.base_index is not None:
             info = symbols.base_index.get(dotted.rsplit(".", 1)[0])
             base_cls = next((st for st in info.tree.body if isinstance(st, ast.ClassDef) and st.name == cls.node.name), None) if info else None
-            if base_cls is not None and any(isinstance(n, ast.Name) and n.id == attr and isinstance(n.ctx, ast.Store) for n in ast.walk(base_cls)):
+            if base_cls is not None and any(isinstance(n, ast.Name) and n.id == attr and isinstance(n.ctx, ast.Store) for n in ast_walk(base_cls)):
                 at_base = "the base release's enum has the member: removed upstream since the port's last sync"
         rs = sorted(rs, key=lambda r: (r.path, r.line))
         ev = [*(f"{READ}{r.path}:{r.line}: {r.text}" for r in rs[:8]),
@@ -425,7 +425,7 @@ def _methods(cls: Cls) -> Iterator[tuple[str, list[ast.Attribute], list[ast.Attr
         guarded: set[str] = set()
         rebound = False
         for body_stmt in item.body:
-            for n in ast.walk(body_stmt):
+            for n in ast_walk(body_stmt):
                 if isinstance(n, ast.Attribute):
                     if not isinstance(n.ctx, ast.Load):
                         continue
@@ -592,12 +592,12 @@ def _function_locals(info: ModuleInfo, name: str) -> set[tuple[int, int]]:
     for fn in walk_nodes(info.tree):
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             continue
-        local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
-        for n in ast.walk(fn):
+        local = {a.arg for a in ast_walk(fn.args) if isinstance(a, ast.arg)}
+        for n in ast_walk(fn):
             if isinstance(n, ast.Import | ast.ImportFrom):
                 local |= {(a.asname or a.name).split(".")[0] for a in n.names}
             elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 local.add(n.id)
         if name in local:
-            out |= {(n.lineno, n.col_offset) for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name}
+            out |= {(n.lineno, n.col_offset) for n in ast_walk(fn) if isinstance(n, ast.Name) and n.id == name}
     return out

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import BackendChain, Category, Discovery, Finding, Location, Severity, Site, TraceResult
-from metax_audit.core.pysource import walk_nodes
+from metax_audit.core.pysource import ast_walk, walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import parse_file, source_line
 
@@ -384,7 +384,7 @@ def check_config_hook_appends(root: Path, platform_path: str, upstream_root: Pat
     appends: dict[str, list[tuple[int, str]]] = {}
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)) if tree is not None else ():
         for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "check_and_update_config"):
-            for node in ast.walk(fn):
+            for node in ast_walk(fn):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _GROWS \
                         and isinstance(node.func.value, ast.Attribute):
                     appends.setdefault(node.func.value.attr, []).append((node.lineno, ast.unparse(node)))
@@ -487,7 +487,7 @@ def _only_raises_not_implemented(fn: ast.FunctionDef) -> bool:
 def _self_constructed(cls: ast.ClassDef) -> dict[str, str]:
     """`self.<attr> = Name(...)` anywhere in the class: attr -> class name."""
     out: dict[str, str] = {}
-    for node in ast.walk(cls):
+    for node in ast_walk(cls):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name):
             for t in node.targets:
                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
@@ -498,9 +498,9 @@ def _self_constructed(cls: ast.ClassDef) -> dict[str, str]:
 def _gated_op_calls(cls: ast.ClassDef, ops: dict[str, str]) -> Iterator[tuple[ast.FunctionDef, ast.Call, ast.expr, str]]:
     """Calls `self.<op>(...)` in the class's methods with the test of the innermost `if` holding them."""
     for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
-        for node in ast.walk(fn):
+        for node in ast_walk(fn):
             if isinstance(node, ast.If):
-                for call in (c for st in node.body for c in ast.walk(st) if isinstance(c, ast.Call)):
+                for call in (c for st in node.body for c in ast_walk(st) if isinstance(c, ast.Call)):
                     f = call.func
                     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr in ops:
                         yield fn, call, node.test, f.attr
@@ -508,14 +508,14 @@ def _gated_op_calls(cls: ast.ClassDef, ops: dict[str, str]) -> Iterator[tuple[as
 
 def _impl_attrs(gate: ast.expr) -> list[str]:
     """`self.impl.<attr>` read by the gate."""
-    return [n.attr for n in ast.walk(gate) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
+    return [n.attr for n in ast_walk(gate) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
             and n.value.attr == "impl"]
 
 
 def _reads_quantized_kv(fn: ast.FunctionDef, gate: ast.expr) -> bool:
     """The gate reads a name the function sets from a quantized-KV-cache test (`x = is_quantized_kv_cache(...)`)."""
-    names = {n.id for n in ast.walk(gate) if isinstance(n, ast.Name)}
-    for node in ast.walk(fn):
+    names = {n.id for n in ast_walk(gate) if isinstance(n, ast.Name)}
+    for node in ast_walk(fn):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
             text = ast.unparse(node.value)
             if "quantized_kv_cache" in text or re.search(r"kv_cache_dtype.*fp8|fp8.*kv_cache_dtype", text):
@@ -539,7 +539,7 @@ def _port_mro(name: str, classes: dict[str, tuple[str, ast.ClassDef]]) -> list[t
 def _attr_value(mro: list[tuple[str, ast.ClassDef]], attr: str) -> tuple[object, str]:
     """The constant the first class of the MRO that sets `attr` (class level or `self.attr = ...`) gives it."""
     for path, cls in mro:
-        for node in ast.walk(cls):
+        for node in ast_walk(cls):
             if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
                 targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
                 for t in targets:
@@ -564,7 +564,7 @@ def _non_causal(cls: ast.ClassDef) -> int | None:
 def _causal_calls(tree: ast.AST) -> list[tuple[str, str, int, str]]:
     """(method, callee as written, line of the keyword, causal value as written) of every call passing
     causal=/is_causal=, for each function holding it (ast.walk order, nested functions included)."""
-    nodes = walk_nodes(tree) if isinstance(tree, ast.Module) else tuple(ast.walk(tree))
+    nodes = walk_nodes(tree) if isinstance(tree, ast.Module) else tuple(ast_walk(tree))
     lines = {n.lineno for n in nodes if isinstance(n, ast.Call) and any(kw.arg in {"causal", "is_causal"} for kw in n.keywords)}
     out: list[tuple[str, str, int, str]] = []
     for fn in nodes if lines else ():
@@ -574,7 +574,7 @@ def _causal_calls(tree: ast.AST) -> list[tuple[str, str, int, str]]:
         first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
         if not any(first <= line <= (fn.end_lineno or fn.lineno) for line in lines):
             continue
-        for node in ast.walk(fn):
+        for node in ast_walk(fn):
             if isinstance(node, ast.Call):
                 for kw in node.keywords:
                     if kw.arg in {"causal", "is_causal"}:
@@ -597,7 +597,7 @@ def _file_causal_asserts(root: Path, path: str) -> list[tuple[str, int, str]]:
     flag a kernel was planned with is the request's."""
     tree = parse_file(str(root / path))
     out: list[tuple[str, int, str]] = []
-    for node in ast.walk(tree) if tree is not None else ():
+    for node in ast_walk(tree) if tree is not None else ():
         if not isinstance(node, ast.Assert):
             continue
         test = node.test

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity
-from metax_audit.core.pysource import iter_tokens, standalone_comments, walk_nodes
+from metax_audit.core.pysource import ast_walk, iter_tokens, standalone_comments, walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import parse_file
 
@@ -203,7 +203,7 @@ def _enforcement(stmt: ast.stmt, claim: Claim) -> tuple[int, str] | None:
     """(line, what) of a raise, assert or feature switch within the statement, else None."""
     limit = stmt.lineno + _SPAN
     contiguous = "contiguous" in claim.phrase.lower()
-    for node in ast.walk(stmt):
+    for node in ast_walk(stmt):
         line = getattr(node, "lineno", 0)
         if line > limit:
             continue

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import BackendChain, Category, Discovery, Finding, Location, Severity, TraceResult
+from metax_audit.core.pysource import ast_walk
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import parse_file, source_line
 
@@ -51,7 +52,7 @@ class _Hit:
 
 def _func_at(tree: ast.Module, line: int, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     best = None
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             if first <= line <= node.lineno and node.name == name:
@@ -71,7 +72,7 @@ def _scan(func: ast.AST) -> list[_Hit]:
             test = node.test
             if any((isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _VALUE_METHODS)
                    or (isinstance(c, ast.Call) and ast.unparse(c.func) in {"torch.any", "torch.all", "torch.equal", "torch.allclose"})
-                   for c in ast.walk(test)):
+                   for c in ast_walk(test)):
                 hits.append(_Hit("MXA131", node.lineno, ast.unparse(test)[:120], " / ".join(conds)))
         if isinstance(node, ast.Call):
             f = node.func

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, Site, StackFacts
-from metax_audit.core.pysource import ImportedName, file_imported_names, imported_names, module_name, walk_nodes
+from metax_audit.core.pysource import (
+    ImportedName,
+    ast_walk,
+    file_imported_names,
+    imported_names,
+    module_name,
+    walk_nodes,
+)
 from metax_audit.core.versions import branch_taken
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import build_note, source_line
@@ -327,7 +334,7 @@ def _runtime_loads(info: ModuleInfo) -> list[ast.Name]:
             anns.append(node.annotation)
         for a in anns:
             if a is not None:
-                in_ann.update(id(n) for n in ast.walk(a))
+                in_ann.update(id(n) for n in ast_walk(a))
     loads = [n for n in walk_nodes(info.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in in_ann]
     info.tree._mxa_runtime_loads = loads  # type: ignore[attr-defined]
     return loads
@@ -459,7 +466,7 @@ def _type_checking_uses(info: ModuleInfo, path: str) -> Iterator[Finding]:
     lines = info.source.splitlines()
     hits: dict[str, list[tuple[int, str]]] = {}
     for node, why in _runtime_positions(info.tree, eager):
-        for n in ast.walk(node):
+        for n in ast_walk(node):
             if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in only):
                 continue
             if n.id in placeholders and not ("annotation" in why and _none_union(node, placeholders)):
@@ -501,7 +508,7 @@ def _checking_names(body: list[ast.stmt]) -> tuple[dict[str, int], dict[str, str
                             placeholders[t.id] = "None"
                 runtime.update(_bound_by(sub))
         else:
-            for node in ast.walk(st) if not isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else [st]:
+            for node in ast_walk(st) if not isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else [st]:
                 runtime.update(_bound_by(node))  # type: ignore[arg-type]
     return checking, {k: v for k, v in placeholders.items() if k in checking}, runtime
 
@@ -517,7 +524,7 @@ def _bound_by(st: ast.AST) -> list[str]:
         return [st.id]
     if isinstance(st, ast.Assign | ast.AnnAssign | ast.AugAssign):
         targets = st.targets if isinstance(st, ast.Assign) else [st.target]
-        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        return [n.id for t in targets for n in ast_walk(t) if isinstance(n, ast.Name)]
     return []
 
 
@@ -539,8 +546,8 @@ def _runtime_positions(tree: ast.Module, eager: bool) -> Iterator[tuple[ast.expr
                         yield st.returns, "return annotation, evaluated when the def runs"
                 yield from ((d, "decorator") for d in st.decorator_list)
                 yield from ((d, "default value") for d in [*st.args.defaults, *(k for k in st.args.kw_defaults if k is not None)])
-                inner = {n for s in st.body for node in ast.walk(s) for n in _bound_by(node)}
-                inner |= {a.arg for a in ast.walk(st.args) if isinstance(a, ast.arg)}
+                inner = {n for s in st.body for node in ast_walk(s) for n in _bound_by(node)}
+                inner |= {a.arg for a in ast_walk(st.args) if isinstance(a, ast.arg)}
                 yield from visit(st.body, True, local | inner)
                 continue
             if isinstance(st, ast.ClassDef):
@@ -566,7 +573,7 @@ def _runtime_positions(tree: ast.Module, eager: bool) -> Iterator[tuple[ast.expr
 
 
 def _unless_local(expr: ast.expr, local: set[str], why: str) -> Iterator[tuple[ast.expr, str]]:
-    if not local or not any(isinstance(n, ast.Name) and n.id in local for n in ast.walk(expr)):
+    if not local or not any(isinstance(n, ast.Name) and n.id in local for n in ast_walk(expr)):
         yield expr, why
     elif isinstance(expr, ast.Name):
         return
@@ -582,7 +589,7 @@ def _is_str(e: ast.expr) -> bool:
 
 def _none_union(ann: ast.expr, placeholders: dict[str, str]) -> bool:
     """`X | None` (or `X | Y`) whose operands are all None at runtime: TypeError."""
-    for n in ast.walk(ann):
+    for n in ast_walk(ann):
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr):
             sides = [n.left, n.right]
             if all((isinstance(s, ast.Constant) and s.value is None) or (isinstance(s, ast.Name) and s.id in placeholders) for s in sides):

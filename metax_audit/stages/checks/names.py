@@ -11,6 +11,7 @@ from functools import partial
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Finding, Location, Severity
+from metax_audit.core.pysource import ast_walk
 from metax_audit.stages.checks.imports import (
     FAILS_WITH,
     _future_annotations,
@@ -58,7 +59,7 @@ class _Scope:
 
 
 def _targets(node: ast.AST) -> Iterator[str]:
-    for n in ast.walk(node):
+    for n in ast_walk(node):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
             yield n.id
         elif isinstance(n, ast.Starred) and isinstance(n.value, ast.Name):
@@ -84,7 +85,7 @@ def _local_bindings(body: list[ast.stmt]) -> set[str]:
             stack.extend((*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)))
             continue
         if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
-            for n in ast.walk(node):
+            for n in ast_walk(node):
                 if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name):
                     out.add(n.target.id)
             continue
@@ -232,11 +233,11 @@ def free_names(tree: ast.Module, *, eager_annotations: bool) -> list[FreeName]:
 
 
 def _walrus(node: ast.AST) -> set[str]:
-    return {n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name)}
+    return {n.target.id for n in ast_walk(node) if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name)}
 
 
 def _global_declarations(info: ModuleInfo) -> set[str]:
-    return {n for node in ast.walk(info.tree) if isinstance(node, ast.Global) for n in node.names}
+    return {n for node in ast_walk(info.tree) if isinstance(node, ast.Global) for n in node.names}
 
 
 def _kept_free_names(info: ModuleInfo, path: str, memo: FileMemo | None) -> list[FreeName]:
@@ -256,7 +257,7 @@ def _touching(info: ModuleInfo, path: str, targets: frozenset[str], memo: FileMe
     out = []
     for st in info.tree.body:
         if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and any(
-                isinstance(n, ast.Name) and n.id in local for n in ast.walk(st)):
+                isinstance(n, ast.Name) and n.id in local for n in ast_walk(st)):
             out.append((st.lineno, st.end_lineno or st.lineno))
     return out
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.core.models import CallableFact
-from metax_audit.core.pysource import cached_parse
+from metax_audit.core.pysource import ast_walk, cached_parse
 from metax_audit.stages.checks.op_registrations import OpTable
 
 PORT_PROVIDERS = ("port C++", "port python")
@@ -64,7 +64,7 @@ def forwarded_op(fact: CallableFact) -> ForwardedOp | None:
     except (OSError, SyntaxError, ValueError):
         return None
     name = fact.target.rsplit(".", 1)[-1]
-    func = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name
+    func = next((n for n in ast_walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name
                  and n.lineno <= fact.line <= (n.end_lineno or n.lineno)), None)
     if func is None:
         return None

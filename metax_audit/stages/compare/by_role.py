@@ -13,7 +13,7 @@ from pathlib import Path
 from metax_audit.core import fstree
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Difference, Finding, Location, Severity
-from metax_audit.core.pysource import dump, parse, unparse
+from metax_audit.core.pysource import ast_walk, dump, parse, unparse
 from metax_audit.stages.compare.roles import RolePair, UpClass, UpstreamClasses, imported_class
 
 # Not the file-by-file compare of a copied file: a rewritten backend shares the contract of its
@@ -282,7 +282,7 @@ class _UpstreamCalls:
                 self._calls[rel] = None
                 return None
             index: dict[str, list[_AttrCall]] = {}
-            for node in ast.walk(tree):
+            for node in ast_walk(tree):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                     index.setdefault(node.func.attr, []).append(_AttrCall(
                         node.lineno, tuple(k.arg for k in node.keywords), len(node.args),
@@ -358,11 +358,11 @@ def _abstract(port_path: str, tree: ast.Module, cls: ast.ClassDef, pair: RolePai
 def _instantiated(tree: ast.Module, name: str) -> tuple[int, str] | None:
     """Where the module constructs the class, or hands it to vLLM to construct (returned by a backend's
     get_impl_cls/get_builder_cls): (line, what)."""
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
             return node.lineno, f"{name}(...)"
         if isinstance(node, ast.FunctionDef) and node.name.startswith("get_") and node.name.endswith("_cls"):
-            for ret in ast.walk(node):
+            for ret in ast_walk(node):
                 if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Name) and ret.value.id == name:
                     return ret.lineno, f"{node.name}() returns {name} (vLLM instantiates it)"
     return None

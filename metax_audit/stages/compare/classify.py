@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from metax_audit.core.models import DifferenceKind
-from metax_audit.core.pysource import dump, unparse
+from metax_audit.core.pysource import ast_walk, dump, unparse
 from metax_audit.stages.compare.consequence import (
     NOT_KERNEL,
     VendorPlatform,
@@ -60,7 +60,7 @@ def _port_gate(ctx: _Ctx, qual: str, span: tuple[int, int]) -> str:
 
 def _arch_constant(nodes: Iterable[ast.AST], platform: VendorPlatform) -> str:
     """Evidence when every capability question in `nodes` has a fixed answer on the vendor platform."""
-    calls = [c for n in nodes for c in ast.walk(n) if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] in ARCH_CALLS]
+    calls = [c for n in nodes for c in ast_walk(n) if isinstance(c, ast.Call) and _callee(c).rsplit(".", 1)[-1] in ARCH_CALLS]
     answers = [platform.value(c) for c in calls]
     if not calls or any(a is None for a in answers):
         return ""
@@ -154,7 +154,7 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
             and all(isinstance(n, ast.Return | ast.Expr) for n in pn):
         return f"capability replaced by the vendor's answer: the port answers {qual} itself"
     if kind == "removed" and qual == "<module>":
-        gone = sorted({n.id for x in un for n in ast.walk(x) if isinstance(n, ast.Name) and n.id in ctx.up.funcs and n.id not in ctx.port.funcs})
+        gone = sorted({n.id for x in un for n in ast_walk(x) if isinstance(n, ast.Name) and n.id in ctx.up.funcs and n.id not in ctx.port.funcs})
         if gone:
             return f"goes with upstream members the port does not provide ({', '.join(gone[:4])}), reported with them"
     if kind in {"changed", "removed", "added", "call-changed", "fallback-added", "class-attribute", "upstream-not-followed"}:
@@ -190,16 +190,16 @@ def _vendor_switch(ctx: _Ctx, un: list[ast.AST], pn: list[ast.AST]) -> str:
                 continue
             if _reads_dtype(test):
                 return f"{VENDOR_SWITCH}: the port branches on `{_short_text(text)}` (a dtype test upstream does not have)"
-            roots = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+            roots = {n.id for n in ast_walk(test) if isinstance(n, ast.Name)}
             own = sorted(r for r in roots if r in ctx.port_names and not r[:1].isupper())
-            if own and any(isinstance(n, ast.Attribute) for n in ast.walk(test)):
+            if own and any(isinstance(n, ast.Attribute) for n in ast_walk(test)):
                 return f"{VENDOR_SWITCH}: the port branches on `{_short_text(text)}` ({own[0]} is the port's own)"
     return ""
 
 
 def _tests(node: ast.AST) -> list[ast.expr]:
     out: list[ast.expr] = []
-    for n in ast.walk(node):
+    for n in ast_walk(node):
         if isinstance(n, ast.If | ast.IfExp | ast.While):
             out.append(n.test)
         elif isinstance(n, ast.BoolOp):
@@ -212,7 +212,7 @@ def _tests(node: ast.AST) -> list[ast.expr]:
 
 
 def _reads_dtype(test: ast.expr) -> bool:
-    for n in ast.walk(test):
+    for n in ast_walk(test):
         if isinstance(n, ast.Compare):
             sides = [n.left, *n.comparators]
             if any(_names_dtype(x) for x in sides) or any(_dtype_literal(x) for x in sides):
@@ -261,8 +261,8 @@ def _guard_note(ctx: _Ctx, qual: str, u: list[_Tok], p: list[_Tok], span: tuple[
 def _drops_only_absent(ctx: _Ctx, drops: list[str], pn: list[ast.AST]) -> bool:
     """Every name in the dropped upstream text is an upstream member the port does not provide, or a
     name the port's side of the hunk still uses (the call or keyword around it)."""
-    kept = {n.id for x in pn for n in ast.walk(x) if isinstance(n, ast.Name)} | {
-        k.arg for x in pn for n in ast.walk(x) if isinstance(n, ast.Call) for k in n.keywords if k.arg}
+    kept = {n.id for x in pn for n in ast_walk(x) if isinstance(n, ast.Name)} | {
+        k.arg for x in pn for n in ast_walk(x) if isinstance(n, ast.Call) for k in n.keywords if k.arg}
     upstream = set(ctx.up.funcs) | set(ctx.up.attrs) | set(ctx.up.classes)
     for text in drops:
         for ident in re.findall(r"[A-Za-z_]\w*", text):
@@ -279,7 +279,7 @@ _ANSWER_STMTS = (ast.If, ast.Return, ast.Try, ast.ExceptHandler, ast.Pass, ast.E
 def _floor(nodes: list[ast.AST]) -> bool:
     """An NVIDIA capability floor: a comparison of a capability with a number or DeviceCapability."""
     for n in nodes:
-        for c in ast.walk(n):
+        for c in ast_walk(n):
             if isinstance(c, ast.Compare) and any(isinstance(o, ast.Lt | ast.LtE | ast.Gt | ast.GtE) for o in c.ops) \
                     and re.search(r"capabilit|DeviceCapability", ast.unparse(c)):
                 return True
@@ -287,7 +287,7 @@ def _floor(nodes: list[ast.AST]) -> bool:
 
 
 def _platform_query(nodes: list[ast.AST], platform: VendorPlatform) -> bool:
-    return any(isinstance(c, ast.Call) and platform.value(c) is not None for n in nodes for c in ast.walk(n))
+    return any(isinstance(c, ast.Call) and platform.value(c) is not None for n in nodes for c in ast_walk(n))
 
 
 def _mark_arch(side: _Side, toks: list[_Tok]) -> list[_Tok]:
@@ -431,7 +431,7 @@ def _commented_out_args(ctx: _Ctx, u: list[_Tok], p: list[_Tok]) -> list[str]:
     ucalls = _calls([t.node for t in u])
     found: list[str] = []
     for tok in p:
-        for node in ast.walk(tok.node):
+        for node in ast_walk(tok.node):
             if not isinstance(node, ast.Call):
                 continue
             callee = _callee(node)
@@ -458,7 +458,7 @@ def _cosmetic(un: list[ast.AST], pn: list[ast.AST]) -> bool:
         out = []
         for n in nodes:
             c = copy.deepcopy(n)
-            for sub in ast.walk(c):
+            for sub in ast_walk(c):
                 if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
                     sub.value = ""
                 if isinstance(sub, ast.JoinedStr):

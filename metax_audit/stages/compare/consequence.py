@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from metax_audit.core.pysource import read_source_cached
+from metax_audit.core.pysource import ast_walk, read_source_cached
 
 # Predicates whose answer on any out-of-tree platform is known without running it (vLLM's Platform
 # compares its enum): the port's own platform class may override them, and then its answer wins.
@@ -87,7 +87,7 @@ class VendorPlatform:
         attrs = _constant_attributes(tree, path, returns)
         dtypes: set[str] = set()
         where = ""
-        for node in ast.walk(tree):
+        for node in ast_walk(tree):
             if not isinstance(node, ast.Assign | ast.AnnAssign):
                 continue
             target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
@@ -154,11 +154,11 @@ def _constant_attributes(tree: ast.Module, path: str, returns: dict[str, tuple[o
     """Per class: `self.<attr>` whose every store in the class's methods is the same literal, or a call of
     one constant-returning function (`self.version = get_version(...)` where get_version returns 2)."""
     out: dict[str, dict[str, tuple[object, str]]] = {}
-    for cls in ast.walk(tree):
+    for cls in ast_walk(tree):
         if not isinstance(cls, ast.ClassDef):
             continue
         seen: dict[str, tuple[object, str] | None] = {}
-        for node in ast.walk(cls):
+        for node in ast_walk(cls):
             targets: list[ast.expr] = []
             value: ast.expr | None = None
             if isinstance(node, ast.Assign):
@@ -414,7 +414,7 @@ def fold(stmts: list[ast.stmt], platform: VendorPlatform) -> tuple[list[ast.stmt
             used.append(value[1])
             return node.body if value[0] else node.orelse
 
-    if not any(isinstance(n, ast.If | ast.IfExp) and constant(n.test, platform) is not None for st in stmts for n in ast.walk(st)):
+    if not any(isinstance(n, ast.If | ast.IfExp) and constant(n.test, platform) is not None for st in stmts for n in ast_walk(st)):
         return list(stmts), []  # nothing the platform answers: the statements as they are (callers only read them)
     import copy
 
@@ -437,7 +437,7 @@ def kernel_call_changed(un: list[ast.AST], pn: list[ast.AST]) -> str:
     def calls(nodes: list[ast.AST]) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for n in nodes:
-            for c in ast.walk(n):
+            for c in ast_walk(n):
                 if isinstance(c, ast.Call):
                     callee = _callee(c)
                     if _KERNEL_CALLEE.search(callee) and not _NOT_KERNEL_CALLEE.search(callee.rsplit(".", 1)[-1]):
@@ -515,12 +515,12 @@ def only_feeds_log(nodes: list[ast.AST], fn: ast.AST | None, lines: tuple[int, i
             continue
         if not isinstance(n, ast.Assign) or not all(isinstance(t, ast.Name) for t in n.targets):
             return False
-        if any(isinstance(c, ast.Call) and not _READS_ONLY.search(_callee(c)) for c in ast.walk(n.value)):
+        if any(isinstance(c, ast.Call) and not _READS_ONLY.search(_callee(c)) for c in ast_walk(n.value)):
             return False  # a call other than a question could do something besides feeding the log
         names.update(t.id for t in n.targets if isinstance(t, ast.Name))
     first, last = lines
     return not any(isinstance(x, ast.Name) and x.id in names and isinstance(x.ctx, ast.Load)
-                   and not first <= getattr(x, "lineno", 0) <= last for x in ast.walk(fn))
+                   and not first <= getattr(x, "lineno", 0) <= last for x in ast_walk(fn))
 
 
 # Calls that only read: getters and questions (a log line may show their answer).
@@ -541,13 +541,13 @@ def keyword_only_uses(nodes: list[ast.AST], fn: ast.AST | None, lines: tuple[int
         names.update(t.id for t in targets if isinstance(t, ast.Name))
     first, last = lines
     as_keyword: dict[int, tuple[str, str]] = {}
-    for call in ast.walk(fn):
+    for call in ast_walk(fn):
         if isinstance(call, ast.Call):
             for kw in call.keywords:
                 if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id in names:
                     as_keyword[id(kw.value)] = (_callee(call), kw.arg)
     uses: list[tuple[str, str]] = []
-    for x in ast.walk(fn):
+    for x in ast_walk(fn):
         if isinstance(x, ast.Name) and x.id in names and isinstance(x.ctx, ast.Load) and not first <= x.lineno <= last:
             if id(x) not in as_keyword:
                 return []

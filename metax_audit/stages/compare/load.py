@@ -10,7 +10,7 @@ from pathlib import Path
 
 from metax_audit.core.comments import Comment, CommentMap, iter_statements, read_comments
 from metax_audit.core.config import AuditConfig
-from metax_audit.core.pysource import read_source_cached
+from metax_audit.core.pysource import ast_walk, read_source_cached
 from metax_audit.stages.compare.consequence import imported_port_modules, port_module_file
 from metax_audit.stages.compare.rules import _ARCH_TEXT
 from metax_audit.stages.compare.side import _PortRefs, _Side
@@ -84,7 +84,7 @@ def _port_names(side: _Side, package: str) -> frozenset[str]:
     classes, functions and ops); a function's local variables are not among them."""
     names: set[str] = set()
     root = package.split(".")[0]
-    for node in ast.walk(side.tree):
+    for node in ast_walk(side.tree):
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == root):
             names.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.Import):  # `import port.envs as port_envs`: the alias names the port's module
@@ -101,7 +101,7 @@ def _port_names(side: _Side, package: str) -> frozenset[str]:
             names.add(node.targets[0].id)
         elif isinstance(node, ast.If | ast.Try):  # module-level conditional definitions
             stack.extend(node.body + node.orelse + [s for h in getattr(node, "handlers", []) for s in h.body])
-    for node in ast.walk(side.tree):  # ops the port registers itself: direct_register_custom_op(op_name="x", ...)
+    for node in ast_walk(side.tree):  # ops the port registers itself: direct_register_custom_op(op_name="x", ...)
         if isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg == "op_name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
@@ -204,7 +204,7 @@ def _rename_in_place(tree: ast.AST, mapping: dict[str, str]) -> None:
     """Name port classes as upstream does (once, on our own parse), so only real changes differ."""
     if not mapping:
         return
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Name) and node.id in mapping:
             node.id = mapping[node.id]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in mapping:

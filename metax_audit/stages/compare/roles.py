@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from metax_audit.core.pysource import parse, resolve_relative
+from metax_audit.core.pysource import ast_walk, parse, resolve_relative
 
 _MAX_HOPS = 6  # re-exports and base classes followed in upstream
 
@@ -110,7 +110,7 @@ def imported_class(tree: ast.Module, module: str, is_package: bool, base: ast.ex
     if not text:
         return None
     head, _, rest = text.partition(".")
-    for stmt in ast.walk(tree):
+    for stmt in ast_walk(tree):
         if isinstance(stmt, ast.ImportFrom):
             for alias in stmt.names:
                 if (alias.asname or alias.name) != head:

@@ -12,7 +12,7 @@ from pathlib import Path
 from metax_audit.core import fstree
 from metax_audit.core.comments import CommentMap
 from metax_audit.core.models import Attribution
-from metax_audit.core.pysource import unparse
+from metax_audit.core.pysource import ast_walk, unparse
 from metax_audit.stages.compare.consequence import VendorPlatform
 from metax_audit.stages.compare.rules import _SM_TEXT, ARCH_CALLS
 
@@ -129,7 +129,7 @@ def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
 def _calls(nodes: Iterable[ast.AST]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for n in nodes:
-        for sub in ast.walk(n):
+        for sub in ast_walk(n):
             if isinstance(sub, ast.Call):
                 out.setdefault(_callee(sub), set()).update(k.arg for k in sub.keywords if k.arg)
     return out
@@ -143,7 +143,7 @@ def _callee(call: ast.Call) -> str:
 
 
 def _arch_in(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
+    for sub in ast_walk(node):
         if isinstance(sub, ast.Call):
             name = _callee(sub).rsplit(".", 1)[-1]
             if name in ARCH_CALLS:

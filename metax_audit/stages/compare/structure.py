@@ -13,7 +13,7 @@ from typing import Any
 
 from metax_audit.core.comments import iter_statements
 from metax_audit.core.models import Difference, DifferenceKind
-from metax_audit.core.pysource import dump
+from metax_audit.core.pysource import ast_walk, dump
 from metax_audit.stages.compare.classify import (
     VENDOR_SWITCH,
     _arch_constant,
@@ -194,7 +194,7 @@ def _names_used(tree: ast.AST) -> tuple[frozenset[str], dict[str, int]]:
     """Names the file reads, and names it binds itself (assignment, def, class) with the first line."""
     used: set[str] = set()
     bound: dict[str, int] = {}
-    for n in ast.walk(tree):
+    for n in ast_walk(tree):
         if isinstance(n, ast.Name):
             if isinstance(n.ctx, ast.Store):
                 bound[n.id] = min(bound.get(n.id, n.lineno), n.lineno)
@@ -370,7 +370,7 @@ def _calls_named(side: _Side, name: str) -> list[ast.Call]:
     tree = side.tree
     nodes: Iterable[ast.AST]
     if "\r" in side.text or not name.isascii() or _spells_ascii_otherwise(side.text) or name in side.rename.values():
-        nodes = ast.walk(tree)
+        nodes = ast_walk(tree)
     else:
         nodes = _walk_holding_any(tree, _places(side.text, name))
     return [c for c in nodes if isinstance(c, ast.Call) and _last_name_is(c, name)]
@@ -590,7 +590,7 @@ def _record_switch(switches: dict[str, int], pn: list[ast.AST], line: int) -> No
     """What a vendor-switch hunk brings: its tests (a dropped upstream branch on the same test moved there) and
     the names it binds (`gather_kernel = a if dtype == x else b`: later hunks that use it are the same feature)."""
     for node in pn:
-        for sub in ast.walk(node):
+        for sub in ast_walk(node):
             if isinstance(sub, ast.If | ast.IfExp):
                 switches.setdefault("test:" + ast.unparse(sub.test), line)
             elif isinstance(sub, ast.Assign):
@@ -605,12 +605,12 @@ def _under_switch(switches: dict[str, int], un: list[ast.AST], pn: list[ast.AST]
     if not switches:
         return ""
     for node in pn:
-        for sub in ast.walk(node):
+        for sub in ast_walk(node):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and "name:" + sub.id in switches:
                 return f"{VENDOR_SWITCH} (uses {sub.id}, which the switch at line {switches['name:' + sub.id]} sets)"
     if un and not pn:
         for node in un:
-            for sub in ast.walk(node):
+            for sub in ast_walk(node):
                 if isinstance(sub, ast.If) and "test:" + ast.unparse(sub.test) in switches:
                     return f"{VENDOR_SWITCH} (upstream's branch on `{ast.unparse(sub.test)}` is taken by the switch at line {switches['test:' + ast.unparse(sub.test)]})"
     return ""

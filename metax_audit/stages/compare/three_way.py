@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from metax_audit.core.models import Difference, DifferenceKind
-from metax_audit.core.pysource import dump
+from metax_audit.core.pysource import ast_walk, dump
 from metax_audit.stages.compare.classify import _port_gate
 from metax_audit.stages.compare.consequence import CAPABILITY_HOOK, NOT_KERNEL, kernel_relevant
 from metax_audit.stages.compare.context import _anchor, _Ctx, _inherits
@@ -101,7 +101,7 @@ def _followed(ctx: _Ctx, ch: _Change) -> tuple[bool | None, int, tuple[int, int]
         tfn = ctx.up.funcs[ch.symbol]
         return dump(fn.args) == dump(tfn.args), line, span
     if ch.kind in {"kernel-argument-added", "kernel-argument-removed"} and fn is not None:
-        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and _callee(c) == ch.callee]
+        calls = [c for c in ast_walk(fn) if isinstance(c, ast.Call) and _callee(c) == ch.callee]
         if not calls:
             # The port does not call this kernel here at all: the two-way view already shows why.
             return None, 0, (0, 0)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from metax_audit.core.pysource import cached_parse
+from metax_audit.core.pysource import ast_walk, cached_parse
 from metax_audit.stages.dataflow.values import CONST_NAMES, LN2, LOG2E
 
 
@@ -28,7 +28,7 @@ class PortModule:
 
 
 def imports_of(body: Sequence[ast.stmt], module: str, into: dict[str, str], deep: bool) -> None:
-    nodes = [n for s in body for n in ast.walk(s)] if deep else list(body)
+    nodes = [n for s in body for n in ast_walk(s)] if deep else list(body)
     pkg = module.rsplit(".", 1)[0] if "." in module else ""
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -111,7 +111,7 @@ def note_ctor(mod: PortModule, node: ast.AST) -> None:
                 ann = ast.parse(ann.value, mode="eval").body
             except SyntaxError:
                 return
-        for n in ast.walk(ann):
+        for n in ast_walk(ann):
             if isinstance(n, ast.Name) and n.id in mod.imports and n.id[:1].isupper() and "Wrapper" in n.id:
                 record(last(node.target), mod.imports[n.id])
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" and node.args:
@@ -152,7 +152,7 @@ def load_module(root: Path, path: str) -> PortModule | None:
     for cname, fn in owners:
         local_imports = dict(imports)
         assigns: list[ast.Assign] = []
-        for node in ast.walk(fn):
+        for node in ast_walk(fn):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 imports_of([node], module, local_imports, deep=False)
             elif isinstance(node, ast.Assign):

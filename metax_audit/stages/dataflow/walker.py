@@ -10,7 +10,7 @@ from typing import Protocol
 
 from metax_audit.core.contracts import Contracts, Convention
 from metax_audit.core.models import Location
-from metax_audit.core.pysource import TOO_DEEP_NAME
+from metax_audit.core.pysource import TOO_DEEP_NAME, ast_walk
 from metax_audit.stages.dataflow.facts import FlowEnd, FlowStep
 from metax_audit.stages.dataflow.module import PortModule, const_value
 from metax_audit.stages.dataflow.values import (
@@ -208,7 +208,7 @@ class Walker:
 
     def eval_multi(self, node: ast.expr, stmt: ast.stmt) -> list[object]:
         """eval() under every combination of the alternatives of the names it reads."""
-        names = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in self.alts}) if self.alts else []
+        names = sorted({n.id for n in ast_walk(node) if isinstance(n, ast.Name) and n.id in self.alts}) if self.alts else []
         if not names:
             return flatten(self.eval(node, stmt))
         saved = dict(self.env)
@@ -240,7 +240,7 @@ class Walker:
             self._stmt(stmt)
         except (ExpressionTooDeep, RecursionError):
             self.expr_depth = 0
-            if not any(isinstance(n, ast.Name) and n.id == TOO_DEEP_NAME for n in ast.walk(stmt)):
+            if not any(isinstance(n, ast.Name) and n.id == TOO_DEEP_NAME for n in ast_walk(stmt)):
                 self.ctx.res.add_too_deep(self.loc(stmt), self.line_text(stmt))  # else the parse's cut says it
 
     def _stmt(self, stmt: ast.stmt) -> None:
@@ -541,7 +541,7 @@ class Walker:
         value_calls: set[int] = set()
         if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.Return) and isinstance(stmt.value, ast.Call):
             value_calls.add(id(stmt.value))  # evaluated (with its effects) by eval()
-        for sub in ast.walk(node):
+        for sub in ast_walk(node):
             if isinstance(sub, ast.Call):
                 self.scales(sub)
             if not isinstance(sub, ast.Call) or id(sub) in value_calls:

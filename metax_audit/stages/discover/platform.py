@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from metax_audit.core.models import ConfigSwitch, Location, PriorityList
-from metax_audit.core.pysource import ParsedSource, comments
+from metax_audit.core.pysource import ParsedSource, ast_walk, comments
 from metax_audit.stages.discover.registrations import _member
 
 # ------------------------------------------------------------------ platform: priorities and switches
@@ -38,7 +38,7 @@ def _branches(body: list[ast.stmt], conds: tuple[str, ...], else_text: str | Non
 
 
 def _functions(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             yield node
 

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.models import Location, Registration, RegistrationKind
-from metax_audit.core.pysource import ParsedSource, find_module, line_numbers, module_name, resolve_relative
+from metax_audit.core.pysource import ParsedSource, ast_walk, find_module, line_numbers, module_name, resolve_relative
 from metax_audit.stages.discover.scope import _REG_WORDS, _Sources
 from metax_audit.stages.discover.selection import Selected, selections
 
@@ -227,7 +227,7 @@ class _RegistrationVisitor:
                               *[h.body for h in getattr(stmt, "handlers", [])]):
                     self.visit(block)
             elif self._mentions(stmt):
-                for node in ast.walk(stmt):
+                for node in ast_walk(stmt):
                     if isinstance(node, ast.Call):
                         self._call(node)
 

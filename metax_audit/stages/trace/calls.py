@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from metax_audit.core.models import CallArg, CallOrigin, CallSite, Location, Unresolved
+from metax_audit.core.pysource import ast_walk
 from metax_audit.stages.trace.modules import ModuleInfo
 from metax_audit.stages.trace.resolve import Resolver
 from metax_audit.stages.trace.values import (
@@ -138,7 +139,7 @@ def commented_args(call: ast.Call, info: ModuleInfo) -> list[CallArg]:
         return []
     inner: list[tuple[int, int]] = []
     for sub in [*call.args, *(k.value for k in call.keywords)]:
-        for n in ast.walk(sub):
+        for n in ast_walk(sub):
             if isinstance(n, ast.Call) and getattr(n, "end_lineno", None):
                 inner.append((n.lineno, n.end_lineno))  # type: ignore[arg-type]
     start = call.func.end_lineno or call.lineno
@@ -463,7 +464,7 @@ def _assigned_names(st: ast.stmt) -> list[str]:
     out = []
     if isinstance(st, ast.Assign):
         for t in st.targets:
-            out += [n.id for n in ast.walk(t) if isinstance(n, ast.Name)]
+            out += [n.id for n in ast_walk(t) if isinstance(n, ast.Name)]
     elif isinstance(st, ast.AnnAssign | ast.AugAssign) and isinstance(st.target, ast.Name):
         out.append(st.target.id)
     return out

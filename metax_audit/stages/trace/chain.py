@@ -20,6 +20,7 @@ from metax_audit.core.models import (
     Unresolved,
     UnresolvedKind,
 )
+from metax_audit.core.pysource import ast_walk
 from metax_audit.stages.trace.calls import Budget, Classifier, Collected, Walker, is_triton_kernel
 from metax_audit.stages.trace.memo import MemoCount, TraceMemo, UnitResult
 from metax_audit.stages.trace.modules import ModuleIndex, Skip
@@ -124,7 +125,7 @@ class _Tracer:
                         if any(n in CAPTURE_ATTRS for n in names):
                             return ast.unparse(item.value)
                     if isinstance(item, ast.FunctionDef) and item.name == "get_cudagraph_support":
-                        rets = [ast.unparse(r.value) for r in ast.walk(item) if isinstance(r, ast.Return) and r.value is not None]
+                        rets = [ast.unparse(r.value) for r in ast_walk(item) if isinstance(r, ast.Return) and r.value is not None]
                         if rets:
                             return " | ".join(dict.fromkeys(rets))
         return None

@@ -11,6 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from metax_audit.core.models import ParamFact, StackFacts
+from metax_audit.core.pysource import ast_walk
 from metax_audit.stages.trace.modules import ModuleIndex, ModuleInfo, resolve_relative
 from metax_audit.stages.trace.resolve import Resolver
 
@@ -410,7 +411,7 @@ def _literal_tables(info: ModuleInfo) -> dict[str, frozenset[str]]:
                 spoiled.add(target)
             else:
                 tables[target] = literal
-    for node in ast.walk(info.tree):
+    for node in ast_walk(info.tree):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del) and isinstance(node.value, ast.Name):
             spoiled.add(node.value.id)
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
@@ -438,7 +439,7 @@ def _bound_names(info: ModuleInfo) -> tuple[dict[str, int], str]:
                 if a.name != "*":
                     names.setdefault(a.asname or a.name, st.lineno)
         else:
-            for node in ast.walk(st) if not isinstance(st, ast.If | ast.Try | ast.With | ast.For | ast.While) else _heads(st):
+            for node in ast_walk(st) if not isinstance(st, ast.If | ast.Try | ast.With | ast.For | ast.While) else _heads(st):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     names.setdefault(node.id, st.lineno)
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"globals", "setattr"} and not dynamic:
@@ -458,14 +459,14 @@ def _heads(st: ast.stmt) -> list[ast.AST]:
     """The expressions of a compound statement outside its blocks (for targets, with-as names)."""
     out: list[ast.AST] = []
     if isinstance(st, ast.For):
-        out += list(ast.walk(st.target)) + list(ast.walk(st.iter))
+        out += list(ast_walk(st.target)) + list(ast_walk(st.iter))
     elif isinstance(st, ast.With):
         for item in st.items:
-            out += list(ast.walk(item.context_expr))
+            out += list(ast_walk(item.context_expr))
             if item.optional_vars is not None:
-                out += list(ast.walk(item.optional_vars))
+                out += list(ast_walk(item.optional_vars))
     elif isinstance(st, ast.If | ast.While):
-        out += list(ast.walk(st.test))
+        out += list(ast_walk(st.test))
     return out
 
 

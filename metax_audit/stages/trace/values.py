@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from metax_audit.core.pysource import ast_walk
 from metax_audit.stages.trace.modules import ModuleInfo, collect_imports
 
 # ---------------------------------------------------------------- abstract values
@@ -191,7 +192,7 @@ def _index_function(info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionD
             stmts: list[ast.stmt] = [sub]
             collect_imports(stmts, info.package, lazy)
         elif isinstance(sub, ast.For | ast.comprehension):
-            for n in ast.walk(sub.target):
+            for n in ast_walk(sub.target):
                 if isinstance(n, ast.Name):
                     loopvars.add(n.id)
         elif isinstance(sub, ast.withitem) and isinstance(sub.optional_vars, ast.Name):

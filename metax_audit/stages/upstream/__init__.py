@@ -17,6 +17,7 @@ from metax_audit.core import fstree, gitcmd, subproc, tempdirs
 from metax_audit.core.cachedir import cache_root
 from metax_audit.core.errors import ConfigError, SubprocessError, UpstreamError
 from metax_audit.core.models import UpstreamInfo
+from metax_audit.core.pysource import ast_walk
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
@@ -369,7 +370,7 @@ def _static_version(path: Path) -> str | None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
         return None
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             names = {t.id for t in node.targets if isinstance(t, ast.Name)}
             if names & {"__version__", "version"}:
