@@ -19,6 +19,7 @@ from metax_audit.core.forked import Forked
 from metax_audit.core.memo import Memo
 from metax_audit.core.models import (
     AuditReport,
+    CallSite,
     Comparison,
     Discovery,
     Finding,
@@ -283,6 +284,7 @@ class _Background:
 
         def wait() -> T:
             result, seconds = future.result()  # re-raises the work's exception here
+            pool.shutdown(wait=True)  # its thread ended: a fork that follows is not refused for it
             self._run.stages.insert(index, StageRecord(name, True, round(seconds, 3), "; ".join(describe(result))))
             return result
 
@@ -317,7 +319,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     from metax_audit.stages.checks.memo import FileMemo
 
     memo = FileMemo(discovery.root, memo=st.memo)  # per-file results of checks and triage
-    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding, memo)
+    facts = _checks_stage(st, discovery, trace, comparison, upstream, collect_facts, binding, memo, background.fork)
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
@@ -694,8 +696,11 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
 
 def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, comparison: Comparison | None,
                   upstream: UpstreamInfo | None, collect_facts: Callable[[], StackFacts | None],
-                  binding: Callable[[], list[Finding]] = list, memo: FileMemo | None = None) -> StackFacts | None:
-    """The checks over trace and installed facts; returns the facts (waited for here) for the report."""
+                  binding: Callable[[], list[Finding]] = list, memo: FileMemo | None = None,
+                  fork: Callable[..., Forked[Sequence[CallSite]]] | None = None) -> StackFacts | None:
+    """The checks over trace and installed facts; returns the facts (waited for here) for the report.
+    The trace of the upstream counterparts (upstream_calls, read only by the signature checks) runs in
+    a child on the other core, with `fork`, while this process checks the ops and the capabilities."""
     with st.run.stage("checks", st.progress) as notes:
         from metax_audit.stages.checks import (
             absorb_consequences,
@@ -708,14 +713,16 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
             upstream_calls,
         )
 
-        up_calls = upstream_calls(comparison, upstream, st.config, memo=st.memo)
-        facts = collect_facts()
+        facts = collect_facts()  # first: its waiting thread is gone before the fork (Forked never forks beside one)
+        find_up_calls = partial(upstream_calls, comparison, upstream, st.config, memo=st.memo)
+        up_calls_child = fork(find_up_calls, nice=0) if fork is not None else None  # waited for below: no lower share
         ops = op_table_for_review(discovery, st.config, upstream, facts, memo=st.memo)
-        stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
         op_names = op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)
         capabilities = list(check_capabilities(discovery, trace, upstream_root=upstream.root if upstream else None,
                                                counterparts=counterpart_paths(comparison.files) if comparison else None, memo=memo,
                                                platform_path=st.config.platform_path))
+        up_calls = up_calls_child.result() if up_calls_child is not None else find_up_calls()
+        stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
         inactive = list(check_inactive_paths(discovery, comparison, trace))  # counted with the report's files
         # The forked binding checks are waited for last, once the work above is done (same order of findings).
         found = [*stack, *binding(), *op_names, *capabilities]
