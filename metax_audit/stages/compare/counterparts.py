@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metax_audit.core.config import AuditConfig
-from metax_audit.core.pysource import parse
+from metax_audit.core.pysource import cached_parse
 from metax_audit.stages.compare.roles import PortLoader, RolePair, UpstreamClasses, main_path, role_pairs
 
 # Where upstream keeps its backend enum (read statically; importing vLLM is not an option here).
@@ -57,7 +57,7 @@ def read_registry(upstream_root: Path | None, package: str) -> dict[str, str]:
     for rel in _REGISTRY_FILES:
         path = upstream_root / package / rel
         try:
-            tree = parse(path.read_text(encoding="utf-8"))
+            tree = cached_parse(path)[1]  # the trace reads the registry too: one parse
         except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
@@ -170,7 +170,7 @@ def _shares_definitions(port_tree: ast.Module | None, upstream_file: Path, confi
     if not mine:
         return True
     try:
-        theirs = _definitions(parse(upstream_file.read_text(encoding="utf-8")), ())
+        theirs = _definitions(cached_parse(upstream_file)[1], ())  # the compare reads this file next: one parse
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
         return True
     return bool(mine & theirs) or not theirs

@@ -52,11 +52,28 @@ def _module_file(root: Path, parts: list[str]) -> Path | None:
     return None
 
 
+_TREES: dict[tuple[str, int, int], ast.Module | None] = {}  # (path, mtime, size) -> its parse, read-only
+
+
 def _parse(path: Path) -> ast.Module | None:
+    """The file's tree, parsed once per process while it is unchanged: the targets of one module were
+    each parsing it again (a worker reads tens of targets from a handful of files). Only read."""
     try:
-        return ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+        st = path.stat()
+    except OSError:
+        st = None
+    key = (str(path), st.st_mtime_ns, st.st_size) if st is not None else None
+    if key is not None and key in _TREES:
+        return _TREES[key]
+    try:
+        tree: ast.Module | None = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
     except SyntaxError:
-        return None
+        tree = None
+    if key is not None:
+        if len(_TREES) >= 256:  # a bound on the memory it holds: the oldest goes
+            _TREES.pop(next(iter(_TREES)))
+        _TREES[key] = tree
+    return tree
 
 
 def _static_params(fn: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> list[dict[str, Any]]:
