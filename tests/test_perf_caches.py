@@ -227,7 +227,7 @@ def test_walk_nodes_lists_ast_walk_once_per_tree(tmp_path: Path) -> None:
         "with a as (b, c), d:\n    global g\n    x: list[int]\n    y = yield from z\n",
     ],
 )
-def test_ast_walk_is_ast_walk(text: str) -> None:
+def test_ast_walk_and_dump_are_ast_walk_and_dump(text: str) -> None:
     tree = ast.parse(text)
     assert [id(n) for n in pysource.ast_walk(tree)] == [id(n) for n in ast.walk(tree)]
     expr = tree.body[0] if tree.body else tree
@@ -235,6 +235,9 @@ def test_ast_walk_is_ast_walk(text: str) -> None:
     made = ast.BinOp(left=ast.Name(id="a"), op=ast.Add())  # a node built by hand, `right` left unset
     assert [id(n) for n in pysource.ast_walk(made)] == [id(n) for n in ast.walk(made)]
     assert list(pysource.walk_nodes(tree)) == list(ast.walk(tree))
+    for node in [*ast.walk(tree), made, ast.arg(arg="x", annotation=None), ast.Constant(value=b"\x00", kind=None)]:
+        assert pysource.dump(node) == ast.dump(node)
+        assert pysource.ast_children(node) == list(ast.iter_child_nodes(node))
 
 
 def _tokenized_comments(text: str) -> dict[int, str]:

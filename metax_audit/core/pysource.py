@@ -99,9 +99,36 @@ def dump(node: ast.AST) -> str:
     """ast.dump(node), also for a node nested too deep for ast.dump's recursion (a 2000-term
     `'a' + 'a' + ...`): then the same string is built without recursion."""
     try:
-        return ast.dump(node)
+        return _dump(node)
     except RecursionError:
         return dump_iterative(node)
+
+
+_NONE_DEFAULTS: dict[type, frozenset[str]] = {}  # node class -> its fields whose class default is None
+
+
+def _dump(node: object) -> str:
+    """Exactly ast.dump(node) (annotated fields, no attributes, no indent), about 1.9x faster: the
+    same string built without ast.dump's generality (indent, unannotated fields, attributes). The
+    compare keys every statement by its dump (a tenth of the compare stage)."""
+    if isinstance(node, ast.AST):
+        cls = type(node)
+        optional = _NONE_DEFAULTS.get(cls)
+        if optional is None:
+            optional = _NONE_DEFAULTS[cls] = frozenset(n for n in cls._fields if getattr(cls, n, ...) is None)
+        args = []
+        for name in node._fields:
+            try:
+                value = getattr(node, name)
+            except AttributeError:
+                continue
+            if value is None and name in optional:
+                continue  # an optional field left empty: ast.dump leaves it out
+            args.append(f"{name}={_dump(value)}")
+        return f"{node.__class__.__name__}({', '.join(args)})"
+    if isinstance(node, list):
+        return f"[{', '.join([_dump(item) for item in node])}]"
+    return repr(node)
 
 
 def unparse(node: ast.AST) -> str:
@@ -544,6 +571,22 @@ def ast_walk(node: ast.AST) -> Iterator[ast.AST]:
             elif isinstance(value, node_type):
                 push(value)
         yield node
+
+
+def ast_children(node: ast.AST) -> list[ast.AST]:
+    """list(ast.iter_child_nodes(node)): the same children in the same order, without its two
+    generators (a field left unset is skipped, as iter_fields does)."""
+    out: list[ast.AST] = []
+    push, node_type = out.append, ast.AST
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, node_type):
+                    push(item)
+        elif isinstance(value, node_type):
+            push(value)
+    return out
 
 
 def _walk_all(tree: ast.AST) -> tuple[ast.AST, ...]:

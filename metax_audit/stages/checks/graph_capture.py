@@ -11,7 +11,7 @@ from pathlib import Path
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import BackendChain, Category, Discovery, Finding, Location, Severity, TraceResult
-from metax_audit.core.pysource import ast_walk
+from metax_audit.core.pysource import ast_children, ast_walk
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import parse_file, source_line
 
@@ -89,7 +89,7 @@ def _scan(func: ast.AST) -> list[_Hit]:
             for stmt in node.orelse:
                 visit(stmt, (*conds, f"not ({cond})"))
             return
-        for child in ast.iter_child_nodes(node):
+        for child in ast_children(node):
             visit(child, conds)
 
     visit(func, ())

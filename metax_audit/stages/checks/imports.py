@@ -14,6 +14,7 @@ from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, Site, StackFacts
 from metax_audit.core.pysource import (
     ImportedName,
+    ast_children,
     ast_walk,
     file_imported_names,
     imported_names,
@@ -566,7 +567,7 @@ def _runtime_positions(tree: ast.Module, eager: bool) -> Iterator[tuple[ast.expr
                     yield from visit(sub, in_function, local)
             for h in getattr(st, "handlers", []) or []:
                 yield from visit(h.body, in_function, local)
-            for child in ast.iter_child_nodes(st):
+            for child in ast_children(st):
                 if isinstance(child, ast.expr):
                     yield from _unless_local(child, local, "code")
     yield from visit(tree.body, False, set())
@@ -578,7 +579,7 @@ def _unless_local(expr: ast.expr, local: set[str], why: str) -> Iterator[tuple[a
     elif isinstance(expr, ast.Name):
         return
     else:
-        for child in ast.iter_child_nodes(expr):
+        for child in ast_children(expr):
             if isinstance(child, ast.expr):
                 yield from _unless_local(child, local, why)
 

@@ -11,7 +11,7 @@ from functools import partial
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Finding, Location, Severity
-from metax_audit.core.pysource import ast_walk
+from metax_audit.core.pysource import ast_children, ast_walk
 from metax_audit.stages.checks.imports import (
     FAILS_WITH,
     _future_annotations,
@@ -101,7 +101,7 @@ def _local_bindings(body: list[ast.stmt]) -> set[str]:
             out.add(node.rest)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
             out.add(node.id)
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(ast_children(node))
     return out
 
 
@@ -158,7 +158,7 @@ def free_names(tree: ast.Module, *, eager_annotations: bool) -> list[FreeName]:
             return
         if isinstance(node, ast.Constant):
             return
-        for child in ast.iter_child_nodes(node):
+        for child in ast_children(node):
             expr(child, scopes, function)
 
     def annotation(node: ast.expr | None, scopes: list[_Scope], function: str) -> None:

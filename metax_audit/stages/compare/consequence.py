@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from metax_audit.core.pysource import ast_walk, read_source_cached
+from metax_audit.core.pysource import ast_children, ast_walk, read_source_cached
 
 # Predicates whose answer on any out-of-tree platform is known without running it (vLLM's Platform
 # compares its enum): the port's own platform class may override them, and then its answer wins.
@@ -341,7 +341,7 @@ def _walk_holding(tree: ast.AST, first: int, last: int) -> Iterator[ast.AST]:
         start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
         if start is not None and end is not None and not (start <= first and last <= end):
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        todo.extend(ast_children(node))
         yield node
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from metax_audit.core.comments import iter_statements
 from metax_audit.core.models import Difference, DifferenceKind
-from metax_audit.core.pysource import ast_walk, dump
+from metax_audit.core.pysource import ast_children, ast_walk, dump
 from metax_audit.stages.compare.classify import (
     VENDOR_SWITCH,
     _arch_constant,
@@ -429,7 +429,7 @@ def _walk_holding_any(tree: ast.AST, places: list[tuple[int, int]]) -> Iterator[
             if i == len(places) or places[i] >= (end_line, end_col):
                 continue
         yield node
-        todo.extend(ast.iter_child_nodes(node))
+        todo.extend(ast_children(node))
 
 
 def _last_name_is(call: ast.Call, name: str) -> bool:

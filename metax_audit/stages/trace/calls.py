@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from metax_audit.core.models import CallArg, CallOrigin, CallSite, Location, Unresolved
-from metax_audit.core.pysource import ast_walk
+from metax_audit.core.pysource import ast_children, ast_walk
 from metax_audit.stages.trace.modules import ModuleInfo
 from metax_audit.stages.trace.resolve import Resolver
 from metax_audit.stages.trace.values import (
@@ -223,7 +223,7 @@ class Walker:
                 narrow.pop(t, None)
             nested = [getattr(st, n) for n in ("body", "orelse", "finalbody") if isinstance(getattr(st, n, None), list)]
             handlers = [h.body for h in getattr(st, "handlers", []) or []]
-            for child in ast.iter_child_nodes(st):
+            for child in ast_children(st):
                 if isinstance(child, ast.expr):
                     self._exprs(child, scope, conds, narrow, fn, depth)
                 elif isinstance(child, ast.withitem):
@@ -287,7 +287,7 @@ class Walker:
             return
         if isinstance(expr, ast.Attribute):
             self._layer_read(expr, scope, narrow, fn)
-        for child in ast.iter_child_nodes(expr):
+        for child in ast_children(expr):
             if isinstance(child, ast.expr):
                 self._exprs(child, scope, conds, narrow, fn, depth)
             elif isinstance(child, ast.keyword):

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from metax_audit.core.pysource import ast_walk
+from metax_audit.core.pysource import ast_children, ast_walk
 from metax_audit.stages.trace.modules import ModuleInfo, collect_imports
 
 # ---------------------------------------------------------------- abstract values
@@ -218,10 +218,10 @@ def _targets(t: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]]:
 
 def _walk_body(node: ast.AST) -> Iterable[ast.AST]:
     """ast.walk that does not enter nested defs, classes or lambdas (their names are their own)."""
-    stack = list(ast.iter_child_nodes(node))
+    stack = list(ast_children(node))
     while stack:
         n = stack.pop()
         yield n
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
             continue
-        stack.extend(ast.iter_child_nodes(n))
+        stack.extend(ast_children(n))
