@@ -252,6 +252,31 @@ def test_dropped_keyword_the_installed_kernel_lacks_is_info_with_the_signature()
     assert triage([f], [call], facts_kw)[0].severity is Severity.WARNING
 
 
+@pytest.mark.parametrize(("extended", "added_kernel_has", "severity"), [
+    (True, True, Severity.INFO),  # the call follows the bound kernel; the extension keyword is counted unchecked
+    (False, True, Severity.WARNING),  # the added keyword the public base lacks is not one a vendor build may add
+    (True, False, Severity.WARNING),  # the port drops a keyword the kernel does accept: not explained
+])
+def test_a_call_adapted_to_the_bound_kernel_is_a_kernel_adaptation(extended: bool, added_kernel_has: bool,
+                                                                   severity: Severity) -> None:
+    # upstream passes keywords the bound kernel lacks (out=, version=) and the port drops exactly those, adding one the
+    # kernel takes (probs=) and one only the vendor build of a vendor-extends package may take (aux=)
+    keywords = ("fa.varlen:+aux", "fa.varlen:+probs", "fa.varlen:-out", "fa.varlen:-version")
+    hunk = Site("vllm_metax/x.py", 20, "f", "call-changed", "fa.varlen(+aux, +probs, -out, -version): upstream: ...",
+                keywords=keywords if added_kernel_has else (*keywords, "fa.varlen:-window"))
+    f = make_finding("MXA201", Location("vllm_metax/x.py", 20, "f"), "call-changed in f", [hunk_line(hunk)], sites=[hunk])
+    call = CallSite(Location("vllm_metax/x.py", 20), "f", "fa.varlen", "fa.varlen", "external")
+    params = tuple(ParamFact(n, "POSITIONAL_OR_KEYWORD") for n in ("q", "k", "probs", "window"))
+    fact = CallableFact("fa.varlen", "ok", "static", "(q, k, probs=False, window=None)", params,
+                        stand_in="public base fa==1.0 of fa==1.0+vendor", stand_in_extended=extended)
+    (got,) = triage([f], [call], StackFacts("py", "t", "h", {"fa.varlen": fact}))
+    assert got.severity is severity
+    if severity is Severity.INFO:
+        verdict = got.sites[0].verdict
+        assert verdict.startswith("info: keyword(s) out, version dropped because the installed fa.varlen has no such parameter")
+        assert "added probs, which it accepts" in verdict and "added aux, which only the vendor build may take" in verdict
+
+
 # ---------------------------------------------------------------- one finding per root cause
 
 

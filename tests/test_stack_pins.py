@@ -187,13 +187,14 @@ def test_local_archive_post_release_stands_in(tmp_path: Path, links: Path, monke
     assert stack_pins.source_of(entry).startswith("kern_python-1.0.post2.tar.gz (instead of 1.0")
 
 
-@pytest.mark.parametrize(("stand_in", "extended", "severity"), [
-    (None, False, Severity.ERROR),  # the installed kernel
-    ("public base kern==1.0 of ...", False, Severity.ERROR),  # the vendor build derives from that release
-    ("public base kern==1.0 of ...", True, Severity.WARNING),  # vendor-extends: its build adds to the public API
+@pytest.mark.parametrize(("stand_in", "extended", "rule_id", "severity"), [
+    (None, False, "MXA101", Severity.ERROR),  # the installed kernel
+    ("public base kern==1.0 of ...", False, "MXA101", Severity.ERROR),  # the vendor build derives from that release
+    # vendor-extends: its build adds to the public API, so the call is unchecked (counted in the headline), not a break
+    ("public base kern==1.0 of ...", True, "MXA113", Severity.INFO),
 ])
 def test_unknown_keyword_against_a_public_base_stand_in(tmp_path: Path, stand_in: str | None, extended: bool,
-                                                        severity: Severity) -> None:
+                                                        rule_id: str, severity: Severity) -> None:
     # a vendor build known to extend its public base (config vendor-extends) may take what the base lacks
     from metax_audit.core.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
     from metax_audit.stages.checks.signatures import check_signatures
@@ -204,8 +205,9 @@ def test_unknown_keyword_against_a_public_base_stand_in(tmp_path: Path, stand_in
     call = CallSite(Location("port/a.py", 3), "f", "run", target, "external",
                     (CallArg(None, 0, "q"), CallArg("s_aux", None, "sinks")))
     [finding] = check_signatures(tmp_path, TraceResult((), (), (call,)), StackFacts("py", "", "", {target: fact}))
-    assert (finding.rule, finding.severity) == ("MXA101", severity)
+    assert (finding.rule, finding.severity) == (rule_id, severity)
     assert any("bound against the public base" in e for e in finding.evidence) == bool(stand_in)
+    assert any("--capture-stack" in e for e in finding.evidence) == extended  # the way out is said
 
 
 @pytest.mark.parametrize(("stand_in", "expected"), [(None, 3), ("public base kern==1.0 of ...", 1)])
@@ -285,7 +287,7 @@ def test_config_that_widens_vendor_extends_or_accepts_unbound_says_so(tmp_path: 
 
     config = replace(CFG, vendor_extends=("flash_attn", "flashinfer"), allow_unbound=("flash_mla",))
     said = departures(config, tmp_path)
-    assert "vendor-extends adds flashinfer (keywords their public base lacks are warnings, not errors)" in said
+    assert "vendor-extends adds flashinfer (calls passing keywords their public base lacks go unchecked, not errors)" in said
     assert "allow-unbound accepts flash_mla unbound (calls into it go unchecked)" in said
 
 
@@ -371,3 +373,40 @@ def test_an_index_that_could_not_be_asked_is_never_kept(tmp_path: Path, links: P
     assert stack_pins.kept_miss("kern==1.0", "kern", memo=memo, cache_dir=tmp_path / "cache") is None  # type: ignore[arg-type]
     asked = _asks(monkeypatch)
     assert public_base("kern==1.0", "kern", cache_dir=tmp_path / "cache", memo=memo)[0] is None and asked == ["kern==1.0"]  # type: ignore[arg-type]
+def test_vendor_extends_makes_an_absent_keyword_an_unchecked_call_counted_in_every_headline(tmp_path: Path) -> None:
+    # a keyword only the public base of a vendor-extends package lacks is not a proven break: one info finding per
+    # keyword listing its calls, counted as unchecked in the headline with the way out; a positional or a
+    # required-argument break is an error even there (an extension adds parameters, it does not move them)
+    from dataclasses import replace
+
+    import report_factory as rf
+
+    from metax_audit.core.models import CallableFact, CallArg, CallSite, Location, ParamFact, StackFacts, TraceResult
+    from metax_audit.report.first_screen import first_screen
+    from metax_audit.report.junit import to_junit_xml
+    from metax_audit.stages.checks.signatures import check_signatures
+    from metax_audit.stages.inventory import summary_line, unchecked_headline
+
+    target = "kern.run"
+    fact = CallableFact(target, "ok", "static", signature="(q, k)",
+                        params=(ParamFact("q", "POSITIONAL_OR_KEYWORD"), ParamFact("k", "POSITIONAL_OR_KEYWORD")),
+                        stand_in="public base kern==1.0 of kern==1.0+vendor", stand_in_extended=True)
+
+    def call(line: int, *args: CallArg) -> CallSite:
+        return CallSite(Location("port/a.py", line), "f", "run", target, "external", args)
+
+    q, k, aux = CallArg(None, 0, "q"), CallArg(None, 1, "k"), CallArg("s_aux", None, "sinks")
+    calls = (call(3, q, k, aux), call(9, q, k, aux), call(12, q, k, CallArg(None, 2, "x")), call(15, q))
+    findings = list(check_signatures(tmp_path, TraceResult((), (), calls), StackFacts("py", "", "", {target: fact})))
+    by_rule = {f.rule: f for f in findings}
+    assert sorted(by_rule) == ["MXA102", "MXA103", "MXA113"]
+    unchecked = by_rule["MXA113"]
+    assert unchecked.severity == Severity.INFO and [(s.path, s.line) for s in unchecked.sites] == [("port/a.py", 3), ("port/a.py", 9)]
+    assert by_rule["MXA102"].severity == by_rule["MXA103"].severity == Severity.ERROR
+    report = rf.make_report(findings=[unchecked])
+    headline = unchecked_headline(report)
+    assert headline.startswith("INCOMPLETE: 2 calls unchecked, passing s_aux= into kern (2)") and "--capture-stack" in headline
+    assert first_screen(report).verdict.startswith(headline) and headline in summary_line(report)
+    assert "bind s_aux= into kern" in to_junit_xml(report)
+    waived = rf.make_report(findings=[replace(unchecked, waived=True)])
+    assert unchecked_headline(waived) == ""  # a waiver accepts it on purpose: no longer counted

@@ -104,10 +104,11 @@ def first_screen(report: AuditReport) -> FirstScreen:
         verdict = f"REVIEW: no error; {n_warn} warning{'s' * (n_warn != 1)} can change what a kernel computes or whether it runs"
     else:
         verdict = "PASS: no error and no warning"
-    if report.unbound:  # what went unchecked leads: a pass over an unbound stack is not a pass
-        from metax_audit.stages.inventory import unchecked_headline
+    from metax_audit.stages.inventory import unchecked_headline
 
-        verdict = f"{unchecked_headline(report)}. {verdict}"
+    incomplete = unchecked_headline(report)
+    if incomplete:  # what went unchecked leads: a pass over a partly unchecked stack is not a pass
+        verdict = f"{incomplete}. {verdict}"
     return FirstScreen(verdict, errors, new, warnings, untouched, sum(f.severity is Severity.INFO for f in live))
 
 

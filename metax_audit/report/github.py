@@ -34,7 +34,7 @@ def workflow_commands(report: AuditReport, cap: int = MAX_ANNOTATIONS) -> list[s
     from metax_audit.stages.inventory import unchecked_headline
 
     out: list[str] = []
-    if report.unbound:
+    if unchecked_headline(report):
         out.append(f"::warning title={_prop('metax-audit: review incomplete')}::{_data(unchecked_headline(report))}")
     found = _counted(report)
     for f in found[:cap]:

@@ -52,7 +52,7 @@ def to_sarif_dict(report: AuditReport) -> dict[str, Any]:
     from metax_audit.stages.inventory import unchecked_headline
 
     notes = []
-    if report.unbound:  # the review ran without binding part of the pinned stack: its headline, first
+    if unchecked_headline(report):  # the review left part of the pinned stack unchecked: its headline, first
         notes.append({"level": "error", "message": {"text": unchecked_headline(report)}})
         run["properties"]["incomplete"] = unchecked_headline(report)
     if dropped:

@@ -57,6 +57,10 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "`vllm_metax/ops/x.py`: permission denied"),),
     "MXA101": ((E, "a call passes a keyword the installed kernel does not accept: TypeError on that path",
                 "`BatchDecodeWithPagedKVCacheWrapper(..., backend=...)` with flashinfer 0.2.6 (no `backend` parameter)"),),
+    "MXA113": ((I, "a call passes a keyword that the public base of a package config's vendor-extends names lacks: the "
+                   "private vendor build may take it, so the call is unchecked, counted in every headline's INCOMPLETE line "
+                   "with the way out (a --stack manifest from `evidence --capture-stack` binds it)",
+                "`flash_attn_varlen_func(..., s_aux=...)` against the public flash_attn 2.6.3 of the pinned vendor build"),),
     "MXA102": ((E, "a call passes more positionals than the installed kernel takes",
                 "`flash_mla_with_kvcache(q, k, bt, sl, dv, md, ns, scale)` where the installed kernel takes 7"),),
     "MXA103": ((E, "a call omits a required parameter of the installed kernel",

@@ -30,6 +30,7 @@ from metax_audit.core.models import (
     TraceResult,
     UpstreamInfo,
 )
+from metax_audit.stages.checks.signatures import UNCHECKED_EXTENSION
 from metax_audit.stages.checks.stack import calls_by_path
 
 FAIL_ON = ("error", "warning", "info", "never")
@@ -207,16 +208,36 @@ def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
     return counts
 
 
+def unchecked_extensions(findings: Iterable[Finding]) -> dict[tuple[str, str], int]:
+    """(kernel package, keyword) -> the calls passing a keyword that the public base of a package config's
+    vendor-extends names lacks: bound against that base, so not checked (signatures, MXA113)."""
+    out: dict[tuple[str, str], int] = {}
+    for f in findings:
+        if f.rule == UNCHECKED_EXTENSION and not f.waived:
+            _, _, about = f.location.symbol.partition(":")
+            target, _, keyword = about.rpartition(":")
+            key = (target.split(".", 1)[0], keyword)
+            out[key] = out.get(key, 0) + max(1, len(f.sites))
+    return out
+
+
 def unchecked_headline(report: AuditReport) -> str:
-    """The line every format leads with when pinned kernel packages were accepted unbound (allow-unbound):
-    how many calls went unchecked, into what; "" when the review bound its whole pinned stack."""
-    if not report.unbound:
-        return ""
-    calls = sum(u.calls for u in report.unbound)
-    into = ", ".join(f"{u.module} ({u.calls})" for u in report.unbound)
-    accepted = ", ".join(dict.fromkeys(u.accepted_by for u in report.unbound))
-    return (f"INCOMPLETE: {calls} call{'s' * (calls != 1)} unchecked, into {into}: pinned but not bound "
-            f"(accepted by {accepted})")
+    """The line every format leads with when part of the pinned stack's calls went unchecked: pinned kernel
+    packages accepted unbound (allow-unbound), and keywords only a vendor build that extends its public base
+    may take (vendor-extends); how many calls, into what; "" when the review checked every call it bound."""
+    parts = []
+    if report.unbound:
+        calls = sum(u.calls for u in report.unbound)
+        into = ", ".join(f"{u.module} ({u.calls})" for u in report.unbound)
+        accepted = ", ".join(dict.fromkeys(u.accepted_by for u in report.unbound))
+        parts.append(f"{calls} call{'s' * (calls != 1)} unchecked, into {into}: pinned but not bound (accepted by {accepted})")
+    extensions = unchecked_extensions(report.findings)
+    if extensions:
+        calls = sum(extensions.values())
+        into = ", ".join(f"{kw}= into {pkg} ({n})" for (pkg, kw), n in sorted(extensions.items()))
+        parts.append(f"{calls} call{'s' * (calls != 1)} unchecked, passing {into}: absent from the public base, the vendor "
+                     "build may take it (vendor-extends; bind with a --stack manifest from `evidence --capture-stack`)")
+    return "INCOMPLETE: " + "; ".join(parts) if parts else ""
 
 
 def summary_line(report: AuditReport) -> str:
@@ -231,7 +252,7 @@ def summary_line(report: AuditReport) -> str:
     if report.baseline_info:
         b = report.baseline_info
         text += f"; vs {b['rev']}: {b['new']} new, {b['changed']} changed, {b['fixed']} fixed"
-    if report.unbound:
+    if unchecked_headline(report):
         text += f"; {unchecked_headline(report)}"
     return f"{text}, {report.wall_seconds:.1f} s"
 

@@ -18,6 +18,7 @@ from metax_audit.core.models import (
     Location,
     ParamFact,
     Severity,
+    Site,
     StackFacts,
     TraceResult,
 )
@@ -42,11 +43,23 @@ rule("MXA105", Category.SIGNATURE, Severity.WARNING, "positional argument lands 
      "call; an error when the port passes positionals upstream's call does not (the call follows an older signature); "
      "info when the installed callable only forwards its arguments by position to a torch op whose schema, as the port "
      "registers it, takes the values where the port passes them (they land right on the vendor stack).")
+UNCHECKED_EXTENSION = rule(
+    "MXA113", Category.SIGNATURE, Severity.INFO,
+    "call not checked: the keyword is absent only from the public base of a vendor build that extends it",
+    "The pinned vendor build is private, so the call was bound against the public release it derives from, and "
+    "config's `vendor-extends` says that vendor build adds to the public API. A keyword the public base lacks may "
+    "be one the vendor added: not a proven break, an unchecked call. It is counted in every headline as unchecked. "
+    "Way out: on the vendor machine run `metax-audit evidence --capture-stack stack.json` and review with "
+    "`--stack stack.json`: the vendor build's own signature then binds the call (an error if it lacks the keyword). "
+    "A positional or required-argument break is an error even for such a package; so is a keyword the public base "
+    "of a package not named in vendor-extends lacks.").id
 rule("MXA106", Category.SIGNATURE, Severity.INFO, "call site could not be checked against the installed kernel",
      "Introspection of the callee failed (import error, hang, crash, no signature); this is not evidence of missing "
      "support. Capture a stack manifest on a machine where the kernel imports (`evidence --capture-stack`).")
 
 _NAMED = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY")
+UNCHECKED_WAY_OUT = ("way out: capture the vendor build's signatures on the vendor machine (`metax-audit evidence "
+                     "--capture-stack stack.json`) and review with `--stack stack.json`: that binds this call")
 
 
 @dataclass
@@ -174,8 +187,10 @@ def check_signatures(
         installed = installed_record(fact, facts)  # typed; its text is the evidence line the Markdown shows
         both: tuple[str, ...] = (call_text(root, call), str(installed), *build_note(fact))
         severity = None
-        if fact.stand_in and fact.stand_in_extended:  # a public base the vendor build is known to extend (config
-            severity = Severity.WARNING  # vendor-extends): what it lacks the vendor build may take; else an error
+        # A public base the vendor build is known to extend (config vendor-extends): a keyword it lacks the vendor
+        # build may take, so that call is unchecked (MXA113, counted in the headline), not a break. Positional and
+        # required-argument breaks stay errors: an extension adds parameters, it does not move or require them.
+        extended = bool(fact.stand_in and fact.stand_in_extended)
         if fact.error and "decorated with" in fact.error:
             if any(w in fact.error for w in ("autotune", "heuristics")):
                 b.missing = []  # autotune configs and heuristics supply parameters at launch
@@ -183,10 +198,17 @@ def check_signatures(
                 severity = Severity.WARNING  # the runtime signature may differ from the written one
                 both = (*both, f"note: {fact.error}")
         for arg in b.unknown:
-            finding = make_finding("MXA101", _loc(call, arg.name or ""),
-                                   f"{call.callee_text}(..., {arg.name}=...) - installed {fact.target} has no parameter {arg.name!r}",
-                                   [*both, f"accepted keywords: {_accepted(fact.params)}"], severity=severity,
-                                   installed=installed)
+            if extended:
+                finding = make_finding(UNCHECKED_EXTENSION, _loc(call, arg.name or ""),
+                                       f"{call.callee_text}(..., {arg.name}=...) not checked: the public base of "
+                                       f"{fact.target} has no parameter {arg.name!r}, and the vendor build extends it",
+                                       [*both, f"accepted keywords of the public base: {_accepted(fact.params)}",
+                                        UNCHECKED_WAY_OUT], installed=installed)
+            else:
+                finding = make_finding("MXA101", _loc(call, arg.name or ""),
+                                       f"{call.callee_text}(..., {arg.name}=...) - installed {fact.target} has no parameter {arg.name!r}",
+                                       [*both, f"accepted keywords: {_accepted(fact.params)}"], severity=severity,
+                                       installed=installed)
             if fact.stand_in:  # one root cause: the port assumes the vendor build takes this keyword
                 package = fact.target.split(".", 1)[0]
                 stand_in_keywords.setdefault((package, arg.name or ""), []).append(finding)
@@ -223,12 +245,17 @@ def _one_root_cause(package: str, keyword: str, group: list[Finding]) -> Finding
     finding: the root cause is one assumption about the vendor build (it may have added the keyword),
     so it is fixed or confirmed once, not per call site. Each site stays in the evidence."""
     first = group[0]
+    calls = tuple(Site(f.location.path, f.location.line, f.location.symbol.split(":", 1)[0], "call") for f in group)
     if len(group) == 1:
-        return first
+        return replace(first, sites=calls) if first.rule == UNCHECKED_EXTENSION else first
     sites = [f"also at {f.location}: {f.message}" for f in group[1:]]
-    return replace(first, message=f"{len(group)} calls pass {keyword}=, which the public base of {package} has no parameter for; "
-                                  f"first: {first.message}",
-                   evidence=(*first.evidence, *sites))
+    if first.rule == UNCHECKED_EXTENSION:
+        message = (f"{len(group)} calls pass {keyword}=, not checked: the public base of {package} has no parameter for it "
+                   f"and the vendor build extends it; first: {first.message}")
+    else:
+        message = f"{len(group)} calls pass {keyword}=, which the public base of {package} has no parameter for; first: {first.message}"
+    return replace(first, message=message, evidence=(*first.evidence, *sites),
+                   sites=calls if first.rule == UNCHECKED_EXTENSION else first.sites)
 
 
 def _decorators(error: str) -> list[str]:
