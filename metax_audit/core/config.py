@@ -66,6 +66,11 @@ class AuditConfig:
     # Kernel packages whose vendor builds add to the public API they derive from (MetaX's flash_attn takes s_aux=,
     # which flash-attn 2.6.3 lacks): a keyword their public base lacks is a warning, for the others an error.
     vendor_extends: tuple[str, ...] = ("flash_attn",)
+    # The CUDA-style capability the vendor device reports ("8.0"; "none": it reports none; "": unknown), for the
+    # NVIDIA capability questions upstream's helpers ask (is_device_capability(90), ...) when the port's platform
+    # class does not answer them itself (a platform class returning a constant wins). MACA devices report 8.0, as
+    # the port's own FlashInfer backend says where it checks the capability range.
+    device_capability: str = "8.0"
     # The gate, so that a hook or a workflow needs no flags (each flag overrides its setting; GATE_SETTINGS).
     upstream: str | None = None  # --upstream: vllm==X.Y.Z, a directory, an installed package
     base: str | None = None  # --base
@@ -172,6 +177,12 @@ def _check(name: str, key: str, value: object, default: object, origin: str) -> 
         if not isinstance(value, bool):
             raise _fail(origin, key, f"must be true or false (got {value!r})")
         return value
+    if name == "device_capability":
+        import re
+
+        if not isinstance(value, str) or not re.fullmatch(r"(\d{1,2}\.\d{1,2})?|none", value.strip().lower()):
+            raise _fail(origin, key, f'must be a capability such as "8.0", "none" (the device reports none) or "" (unknown) (got {value!r})')
+        return value.strip().lower()
     if name == "max_file_bytes":
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_FILE_BYTES_CEILING:
             raise _fail(origin, key, f"must be a whole number of bytes from 1 to {_MAX_FILE_BYTES_CEILING} (got {value!r})")

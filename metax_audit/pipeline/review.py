@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from metax_audit.pipeline.incremental import CompareAhead
     from metax_audit.stages import introspect as introspect_mod
     from metax_audit.stages.checks.memo import FileMemo
+    from metax_audit.stages.compare.carried import Carried
     from metax_audit.stages.dataflow import LseFlow
     from metax_audit.stages.introspect.stack_pins import StackBinding
     from metax_audit.stages.trace.symbols import SymbolTable
@@ -399,7 +400,46 @@ def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upst
     if comparison is not None and upstream is not None and upstream.root is not None:
         counterparts = Counterparts(st.snap.root, upstream.root, upstream.version or "?",
                                     {f.path: f.upstream_path for f in comparison.files if f.upstream_path}, memo)
-    st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts, trace.backends)
+    platform = None
+    if upstream is not None and upstream.root is not None:
+        from metax_audit.stages.compare.consequence import read_vendor_platform
+        from metax_audit.stages.compare.predicates import Capability, Evaluator, platform_capability
+
+        root, config = st.snap.root, st.config
+        capability = platform_capability(root / config.platform_path, config.platform_path)
+        if not capability.known:
+            capability = Capability.parse(config.device_capability, "device-capability in the config")
+        platform = Evaluator(read_vendor_platform(root, config.platform_path), capability,
+                             {config.upstream_package.split(".")[0]: upstream.root, config.port_package.split(".")[0]: root})
+    st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts, trace.backends, platform=platform,
+                             roots=(st.snap.root, upstream.root) if upstream is not None and upstream.root is not None else None,
+                             carried=_carried(st, upstream, comparison.base if comparison is not None else None))
+
+
+def _carried(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> Carried | None:
+    """What tells a port-only change the previous sync already had: the port's files at the commit that moved its
+    declaration to the base release (read from its history only when a hunk asks), None without that history."""
+    from metax_audit.stages.compare.carried import Carried
+    from metax_audit.stages.upstream.base_infer import file_at, previous_sync
+
+    if upstream is None or upstream.root is None or base is None or base.root is None or not base.version \
+            or not st.snap.commit or not st.snap.repo:
+        return None
+    repo, config = Path(st.snap.repo), st.config
+    found: list[object] = []
+
+    def old_text(path: str) -> str | None:
+        if not found:
+            found.append(previous_sync(repo, st.snap.commit or "", base.version or "", config.upstream_package, config.port_package))
+        point = found[0]
+        return file_at(repo, point.commit, path) if point is not None else None  # type: ignore[attr-defined]
+
+    def since() -> str:
+        old_text("")
+        point = found[0]
+        return point.evidence if point is not None else ""  # type: ignore[attr-defined]
+
+    return Carried(st.snap.root, upstream.root, base.root, old_text, since, base.version, upstream.version or "?")
 
 
 def _waived(report: AuditReport, snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions,

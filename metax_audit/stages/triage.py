@@ -16,6 +16,8 @@ from metax_audit.core.pysource import cached_text, read_source_cached, walk_node
 
 if TYPE_CHECKING:
     from metax_audit.stages.checks.memo import FileMemo
+    from metax_audit.stages.compare.carried import Carried
+    from metax_audit.stages.compare.predicates import Evaluator
 
 # The verdict compare gives a hunk that may change a kernel (its evidence line ends with it).
 MAY_CHANGE = "-- may change what a kernel computes or whether it runs"
@@ -24,11 +26,18 @@ _PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
 
 
 def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None,
-           counterparts: Counterparts | None = None, backends: Sequence[BackendChain] = ()) -> list[Finding]:
-    """Demote the differences the installed stack explains and those only a backend the platform never selects
-    runs, merge findings of one call or flow or root cause, and say which findings are about a statement the port
-    inherited unchanged from upstream."""
+           counterparts: Counterparts | None = None, backends: Sequence[BackendChain] = (), *,
+           platform: Evaluator | None = None, roots: tuple[Path, Path] | None = None,
+           carried: Carried | None = None) -> list[Finding]:
+    """Demote the differences the installed stack explains, those the vendor platform makes the same (`platform`
+    evaluates conditions over its facts; `roots`: the port snapshot and the upstream release) and those only a
+    backend the platform never selects runs, merge findings of one call or flow or root cause, and say which
+    findings are about a statement the port inherited unchanged from upstream."""
     out = [_signature_demotion(f, calls, facts) for f in findings]
+    if platform is not None and roots is not None:
+        out = [_platform_demotion(f, platform, roots) for f in out]
+    if carried is not None:
+        out = [_carried_demotion(f, carried) for f in out]
     out = demote_unselected(out, backends)
     out = group_keyword_drops(group_left_behind(merge_into_errors(group_per_call(out))))
     return label_inherited(group_same_message(out), counterparts)
@@ -37,12 +46,51 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
 # ---------------------------------------------------------------- the installed signature explains it
 
 
+def _platform_demotion(f: Finding, platform: Evaluator, roots: tuple[Path, Path]) -> Finding:
+    """The hunks that change one statement into another that reads the same on the vendor platform (each side's
+    conditions and helpers evaluated over the platform class's facts and the device capability) become info
+    with that evaluation as their evidence; unknown stays unknown."""
+    from metax_audit.stages.compare.predicates import same_on_platform
+
+    if f.rule not in {"MXA201", "MXA203"} or f.severity is not Severity.WARNING:
+        return f
+
+    def explain(x: Site) -> Site:
+        up_path, _, up_line = x.upstream.rpartition(":")
+        if x.verdict or x.kind != "changed" or not up_path or not up_line.isdigit():
+            return x
+        why = same_on_platform(platform, roots[0], x.path, x.line, roots[1], up_path, int(up_line))
+        return replace(x, verdict="info: " + why) if why else x
+
+    return _with_sites(f, [explain(x) for x in f.sites])
+
+
+def _carried_demotion(f: Finding, carried: Carried) -> Finding:
+    """The port-only hunks the port already had at its previous sync (a vendor change carried over, not made in
+    this sync) become info with the commit as evidence."""
+    if f.rule != "MXA201" or f.severity is not Severity.WARNING:
+        return f
+
+    def explain(x: Site) -> Site:
+        if x.verdict:
+            return x
+        why = carried.explain(x)
+        return replace(x, verdict="info: " + why) if why else x
+
+    return _with_sites(f, [explain(x) for x in f.sites])
+
+
 def _signature_demotion(f: Finding, calls: Sequence[CallSite], facts: StackFacts | None) -> Finding:
     """The hunks whose only change is keywords the installed signature does not have become info, read from the
     typed sites (their keyword changes), never from the evidence text; the evidence line of each is rendered again."""
     if facts is None or not any(not x.verdict and x.keywords for x in f.sites):
         return f
-    sites = [_explained(x, calls, facts) for x in f.sites]
+    return _with_sites(f, [_explained(x, calls, facts) for x in f.sites])
+
+
+def _with_sites(f: Finding, sites: list[Site]) -> Finding:
+    """The finding with its hunks' verdicts as `sites` now says: each changed hunk's evidence line rendered again,
+    info when no hunk may change a kernel any more, and led by what remains when its lead hunk is explained."""
     if sites == list(f.sites):
         return f
     from metax_audit.stages.compare.grouping import hunk_line
@@ -58,7 +106,8 @@ def _signature_demotion(f: Finding, calls: Sequence[CallSite], facts: StackFacts
         # The hunk the finding led with is explained now: it leads with what remains to judge.
         explained = sum(bool(new.verdict) and not old.verdict for old, new in zip(f.sites, sites, strict=True))
         message = (f"{sum(not x.verdict for x in sites if x.kind)} undeclared differences left in {lead.symbol or f.location.symbol} "
-                   f"({explained} explained by the installed signature); at line {lead.line}: {lead.kind}: {lead.detail}")
+                   f"({explained} explained: installed signature, vendor platform or carried); at line {lead.line}: "
+                   f"{lead.kind}: {lead.detail}")
         location = replace(f.location, line=lead.line)
     return replace(f, evidence=evidence, severity=severity, sites=tuple(sites), message=message, location=location)
 
