@@ -197,6 +197,13 @@ DEMOTIONS = {
         "def run(x, w):\n    if use_fp8:\n        x = x.to(w.dtype)\n    return attend(x)\n\nX = run(1, 2)\n",
         "def run(x, w):\n    if use_fp8 and w.dtype != torch.int8:\n        x = x.to(w.kind)\n    return attend(x)\n\nX = run(1, 2)\n",
         "(inside the branch the switch at line 2 governs)"),
+    "a vendor feature behind a flag __init__ sets from a dtype test": (
+        "class Builder:\n    def __init__(self, cfg):\n        self.n = cfg.n\n\n    def build(self, m):\n"
+        "        if self.n:\n            extra = plan_a(m)\n        return extra\n\nX = Builder(1).build(2)\n",
+        "class Builder:\n    def __init__(self, cfg):\n        self.n = cfg.n\n        self.use_half_kv = cfg.cache_dtype in ['auto', 'bfloat16']\n\n"
+        "    def build(self, m):\n        if self.n:\n            extra = plan_a(m)\n        elif self.use_half_kv:\n"
+        "            extra = decode_kernel(m, scale=2)\n        return extra\n\nX = Builder(1).build(2)\n",
+        "a dtype test: Builder.__init__ sets self.use_half_kv = cfg.cache_dtype in ['auto', 'bfloat16']"),
     "a vendor feature behind the port's own env switch": (
         "def make(q):\n    return Linear(q, quant=None)\n\nX = make(1)\n",
         "import vllm_metax.envs as port_envs\n\n\ndef make(q):\n    return Linear(q, quant=cfg if port_envs.USE_FP8 else None)\n\nX = make(1)\n",
@@ -210,6 +217,17 @@ def test_known_vendor_adaptation_is_info_with_its_reason(tmp_path: Path, upstrea
     relevant = [f for f in findings if f.rule in {"MXA201", "MXA202", "MXA203"}]
     assert relevant and all(f.severity is Severity.INFO for f in relevant), [(f.rule, f.severity, f.evidence) for f in relevant]
     assert any(reason in info_reason(f) for f in relevant), [info_reason(f) for f in relevant]
+
+
+def test_a_flag_init_sets_from_no_dtype_test_is_no_vendor_switch(tmp_path: Path) -> None:
+    # the same branch on a flag __init__ sets from a config value (not a dtype test) keeps its weight
+    upstream = ("class Builder:\n    def __init__(self, cfg):\n        self.n = cfg.n\n\n    def build(self, m):\n"
+                "        if self.n:\n            extra = plan_a(m)\n        return extra\n\nX = Builder(1).build(2)\n")
+    port = ("class Builder:\n    def __init__(self, cfg):\n        self.n = cfg.n\n        self.fast = cfg.fast_path\n\n"
+            "    def build(self, m):\n        if self.n:\n            extra = plan_a(m)\n        elif self.fast:\n"
+            "            extra = decode_kernel(m, scale=2)\n        return extra\n\nX = Builder(1).build(2)\n")
+    _, findings = run(tmp_path, upstream, port)
+    assert any(f.rule == "MXA201" and f.severity is Severity.WARNING and f.location.symbol == "Builder.build" for f in findings)
 
 
 def test_kernel_argument_change_stays_a_warning(tmp_path: Path) -> None:

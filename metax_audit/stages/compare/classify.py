@@ -134,7 +134,7 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
         return _guard_note(ctx, qual, u, p, span) if u and not port_arch else ""
     if kind == "feature-disabled" and any(isinstance(n, ast.Raise | ast.Assert) for n in pn):
         return "the port rejects this case up front (raise/assert): a path it does not run"
-    switch = _vendor_switch(ctx, un, pn) if kind not in {"kept", "arch-check", "upstream-not-followed"} else ""
+    switch = _vendor_switch(ctx, un, pn, qual) if kind not in {"kept", "arch-check", "upstream-not-followed"} else ""
     if switch:
         return switch
     pairs = _token_pairs(un, pn)
@@ -177,7 +177,28 @@ _DTYPE_VALUE = re.compile(r"^(auto|bfloat16|bf16|float16|fp16|half|float32|fp8\w
 VENDOR_SWITCH = "a vendor feature behind its own switch"
 
 
-def _vendor_switch(ctx: _Ctx, un: list[ast.AST], pn: list[ast.AST]) -> str:
+def init_flag(ctx: _Ctx, cls: str, attr: str) -> str:
+    """The dtype test the port class's `__init__` stores in `self.<attr>` (`self.use_bf16 = dtype in [...]`) when
+    upstream's class sets no such flag, else "": a later `if self.<attr>:` is the same vendor switch. The read
+    is logged for the member unit that asks (compare/memo.py), since it reads another member than its own."""
+    found = ""
+    init = ctx.port.funcs.get(f"{cls}.__init__")
+    up_init = ctx.up.funcs.get(f"{cls}.__init__") or ctx.up.funcs.get(f"{ctx.rename.get(cls, cls)}.__init__")
+    upstream_sets = up_init is not None and any(
+        isinstance(t, ast.Attribute) and t.attr == attr for n in ast.walk(up_init) if isinstance(n, ast.Assign) for t in n.targets)
+    if init is not None and not upstream_sets:
+        for n in ast.walk(init):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) \
+                    and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id == "self" \
+                    and n.targets[0].attr == attr and isinstance(n.value, ast.expr) and _reads_dtype(n.value):
+                found = f"{cls}.__init__ sets self.{attr} = {_short_text(ast.unparse(n.value), 70)} (line {n.lineno})"
+                break
+    if ctx.log is not None:
+        ctx.log.note(("init-flag", cls, attr), found)
+    return found
+
+
+def _vendor_switch(ctx: _Ctx, un: list[ast.AST], pn: list[ast.AST], qual: str = "") -> str:
     """A vendor feature behind its own switch: the port's side adds a branch (an if, a conditional expression, a
     boolean operand) whose test reads a dtype or a switch of the port's own package (its env module), and that test
     is not upstream's. Upstream's path is what runs when the switch is off; the branch is the vendor's own code
@@ -190,6 +211,12 @@ def _vendor_switch(ctx: _Ctx, un: list[ast.AST], pn: list[ast.AST]) -> str:
                 continue
             if _reads_dtype(test):
                 return f"{VENDOR_SWITCH}: the port branches on `{_short_text(text)}` (a dtype test upstream does not have)"
+            flags = [n.attr for n in ast_walk(test) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                     and n.value.id == "self"] if "." in qual else []
+            for flag in flags:  # a flag the class's __init__ sets from a dtype test is that test, read later
+                why = init_flag(ctx, qual.split(".")[0], flag)
+                if why:
+                    return f"{VENDOR_SWITCH}: the port branches on `{_short_text(text)}`, a dtype test: {why}"
             roots = {n.id for n in ast_walk(test) if isinstance(n, ast.Name)}
             own = sorted(r for r in roots if r in ctx.port_names and not r[:1].isupper())
             if own and any(isinstance(n, ast.Attribute) for n in ast_walk(test)):

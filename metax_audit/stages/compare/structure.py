@@ -25,6 +25,7 @@ from metax_audit.stages.compare.classify import (
     _kept_base,
     _mark_arch,
     _moves,
+    init_flag,
 )
 from metax_audit.stages.compare.consequence import (
     CAPABILITY_HOOK,
@@ -470,6 +471,8 @@ def _read_now(ctx: _Ctx, key: tuple[Any, ...]) -> Any:
         return ctx.port_defines(key[1])
     if kind == "platform":
         return platform_read(ctx.platform, key)
+    if kind == "init-flag":
+        return init_flag(ctx, key[1], key[2])
     if kind in {"port-name", "port-names"}:
         return names_read(ctx.port_names, key)
     return _UNKNOWN  # a read this code does not know: never the same answer

@@ -110,3 +110,39 @@ def _git(repo: Path, *args: str) -> str | None:
 
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class SyncPoint:
+    """The commit at which the port moved to the base release (its previous sync), and how that is known."""
+
+    commit: str
+    evidence: str
+
+
+def previous_sync(repo: Path, rev: str, base: str, upstream_package: str, port_package: str) -> SyncPoint | None:
+    """The newest commit in the history of `rev` that changed the port's declaration (a pin of the upstream
+    package, or the port's own version) to the base release: the port as its previous sync left it. None when
+    the history does not say (no declaration, or none was ever set to `base`)."""
+    pkg = port_package.replace(".", "/")
+    candidates = [(f, "pin") for f in _PIN_FILES] + [(f.format(pkg=pkg), "own") for f in _VERSION_FILES]
+    for path, kind in candidates:
+        if _declared(_show(repo, rev, path), path, kind, upstream_package) is None:
+            continue
+        log = _git(repo, "log", f"--max-count={_MAX_COMMITS}", "--format=%H%x09%s", rev, "--", path)
+        for entry in (log or "").splitlines():
+            sha, _, subject = entry.partition("\t")
+            now = _declared(_show(repo, sha, path), path, kind, upstream_package)
+            if now is None or _key(now) != _key(base):
+                continue
+            before = _declared(_show(repo, f"{sha}^", path), path, kind, upstream_package)
+            if before is not None and _key(before) == _key(base):
+                continue  # this commit did not change the declaration; an older one did
+            return SyncPoint(sha, f"{sha[:7]} ({_short(subject)}) set {path} to {base}")
+        return None
+    return None
+
+
+def file_at(repo: Path, commit: str, path: str) -> str | None:
+    """A file's text at a commit (raw blob: no textconv), None when absent or unreadable."""
+    return _show(repo, commit, path)
