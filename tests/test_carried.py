@@ -3,6 +3,7 @@
 # keeps its weight. The history is a small git repo written here.
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from conftest import git, write_tree
@@ -89,3 +90,29 @@ def test_a_change_a_release_also_has_is_not_the_ports_own(tmp_path: Path) -> Non
     write_tree(tmp_path / "base", {UP_REL: OLD_PORT})  # the base release has the port's text: drift, not the port's
     site = Site(REL, 3, "Prefill.__init__", "changed", "differs at ...", upstream=f"{UP_REL}:3")
     assert carried.explain(site) == ""
+
+
+def test_a_function_the_port_writes_itself_is_carried_whole(tmp_path: Path) -> None:
+    repo, _ = _history(tmp_path)
+    carried = _carried(tmp_path, repo)
+    own = "def has_kernel():\n    return True\n"
+    write_tree(repo, {REL: NEW_PORT + "\n\n" + own})
+    git(repo, "commit", "-q", "-am", "answer has_kernel")
+    line = NEW_PORT.count("\n") + 3
+    site = Site(REL, line, "has_kernel", "changed", "the port defines has_kernel itself", upstream=f"{UP_REL}:1")
+    assert carried.explain(site) == ""  # written in this sync
+    sync_text = OLD_PORT + "\n\n" + own
+    old = Carried(carried.port_root, carried.upstream_root, carried.base_root, lambda path: sync_text, lambda: "abc1234 (sync)",
+                  "0.25.0", "0.26.0")
+    assert "the port had the same has_kernel" in old.explain(site)
+
+
+def test_a_call_that_follows_the_ports_own_signature(tmp_path: Path) -> None:
+    from metax_audit.stages.triage import _follows_own_signature
+
+    port = write_tree(tmp_path / "p", {"p/x.py": "def plan(w, indptr, seq_lens):\n    return w\n\nplan(1, 2, seq_lens=3)\n"})
+    up = write_tree(tmp_path / "u", {"u/x.py": "def plan(w, indptr):\n    return w\n\nplan(1, 2)\n"})
+    site = Site("p/x.py", 4, "<module>", "call-changed", "plan(+seq_lens)", upstream="u/x.py:4", keywords=("plan:+seq_lens",))
+    assert "follows the port's own plan (p/x.py:1), whose signature adds seq_lens" in _follows_own_signature(site, (port, up), "u/x.py")
+    other = replace(site, keywords=("plan:+window",))  # a keyword its own signature does not add: not explained
+    assert _follows_own_signature(other, (port, up), "u/x.py") == ""

@@ -120,3 +120,35 @@ def test_triage_demotes_a_hunk_the_platform_makes_the_same(roots: tuple[Path, Pa
         (got,) = triage([f], [], None, platform=_evaluator(roots, capability), roots=(port, up))
         assert got.severity is severity
         assert got.sites[0].verdict.startswith("info: the same on the vendor platform") == (severity is Severity.INFO)
+
+
+def test_dropped_registrations_of_an_imported_upstream_module_are_upstreams(tmp_path: Path) -> None:
+    from metax_audit.stages.compare.predicates import registered_by_imported_upstream
+
+    up = write_tree(tmp_path / "up", {"up/layer.py": (
+        "def kv_update(x):\n    return x\n\ndirect_register_custom_op(op_name='kv_update', op_func=kv_update)\n\n"
+        "def attend(x):\n    return x\n\ndirect_register_custom_op(op_name='attend', op_func=attend)\n")})
+    importing = "from typing import TYPE_CHECKING\nfrom up.layer import kv_update\n\nif TYPE_CHECKING:\n    pass\n"
+    port = write_tree(tmp_path / "port", {"port/layer.py": importing, "port/other.py": importing.replace("from up.layer", "from up.ops")})
+    got = registered_by_imported_upstream(port, "port/layer.py", 4, up, "up/layer.py", 4)
+    assert "registers kv_update, attend when it is imported" in got and "imports from that module (line 2)" in got
+    assert registered_by_imported_upstream(port, "port/other.py", 4, up, "up/layer.py", 4) == ""  # not imported: gone
+    write_tree(port, {"port/layer.py": importing.replace("    pass\n", "    pass\nX = build()\n")})
+    assert registered_by_imported_upstream(port, "port/layer.py", 6, up, "up/layer.py", 4) == ""  # replaced by real code
+
+
+def test_a_dropped_branch_for_a_feature_the_backend_does_not_support_there(tmp_path: Path) -> None:
+    from metax_audit.stages.compare.predicates import unsupported_feature_branch
+
+    up = write_tree(tmp_path / "up", {**UPSTREAM, "up/impl.py": (
+        "class Impl:\n    def __init__(self, sinks=None):\n        self.sinks = None\n"
+        "        if sinks is not None:\n            self.sinks = sinks\n")})
+    backend = ("from up.helpers import fast_path_ok\nclass VendorBackend:\n    @classmethod\n    def supports_sink(cls):\n"
+               "        return fast_path_ok()\n\nclass Impl:\n    def __init__(self, sinks=None):\n        self.sinks = None\n")
+    port = write_tree(tmp_path / "port", {**PORT, "port/impl.py": backend})
+    for capability, said in (("8.0", True), ("9.0", False)):
+        ev = Evaluator(read_vendor_platform(port, "port/platform.py"), Capability.parse(capability, "config"), {"up": up, "port": port})
+        got = unsupported_feature_branch(ev, port, "port/impl.py", up, "up/impl.py", 4)
+        assert bool(got) == said, got
+        if said:
+            assert "VendorBackend.supports_sink() says the backend does not support" in got

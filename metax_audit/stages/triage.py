@@ -50,19 +50,53 @@ def _platform_demotion(f: Finding, platform: Evaluator, roots: tuple[Path, Path]
     """The hunks that change one statement into another that reads the same on the vendor platform (each side's
     conditions and helpers evaluated over the platform class's facts and the device capability) become info
     with that evaluation as their evidence; unknown stays unknown."""
-    from metax_audit.stages.compare.predicates import same_on_platform
+    from metax_audit.stages.compare.predicates import (
+        registered_by_imported_upstream,
+        same_on_platform,
+        unsupported_feature_branch,
+    )
 
     if f.rule not in {"MXA201", "MXA203"} or f.severity is not Severity.WARNING:
         return f
 
     def explain(x: Site) -> Site:
         up_path, _, up_line = x.upstream.rpartition(":")
-        if x.verdict or x.kind != "changed" or not up_path or not up_line.isdigit():
+        if x.verdict or not up_path or not up_line.isdigit():
             return x
-        why = same_on_platform(platform, roots[0], x.path, x.line, roots[1], up_path, int(up_line))
+        why = ""
+        if x.kind == "changed":
+            why = same_on_platform(platform, roots[0], x.path, x.line, roots[1], up_path, int(up_line)) \
+                or registered_by_imported_upstream(roots[0], x.path, x.line, roots[1], up_path, int(up_line))
+        elif x.kind == "removed":
+            why = unsupported_feature_branch(platform, roots[0], x.path, roots[1], up_path, int(up_line))
+        elif x.kind == "call-changed" and x.keywords:
+            why = _follows_own_signature(x, roots, up_path)
         return replace(x, verdict="info: " + why) if why else x
 
     return _with_sites(f, [explain(x) for x in f.sites])
+
+
+def _follows_own_signature(site: Site, roots: tuple[Path, Path], up_path: str) -> str:
+    """A call whose keyword changes are exactly the parameters the port's own definition of the callee (a function
+    of the same file) adds to or drops from upstream's definition: the call follows the port's signature, and that
+    signature's change is judged where it is defined."""
+    def params(root: Path, rel: str, name: str) -> tuple[set[str], int] | None:
+        tree = read_source_cached(root, rel, 5_000_000).tree if (root / rel).is_file() else None
+        fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None) if tree else None
+        if fn is None:
+            return None
+        a = fn.args
+        return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}, fn.lineno
+
+    why = []
+    for callee, (added, dropped) in _deltas(site).items():
+        port, up = params(roots[0], site.path, callee), params(roots[1], up_path, callee)
+        if "." in callee or port is None or up is None or not added <= port[0] - up[0] or not dropped <= up[0] - port[0]:
+            return ""
+        change = ", ".join([*(f"adds {k}" for k in sorted(added)), *(f"drops {k}" for k in sorted(dropped))])
+        why.append(f"the call follows the port's own {callee} ({site.path}:{port[1]}), whose signature {change} against "
+                   f"upstream's ({up_path}:{up[1]}); that change is judged where it is defined")
+    return "; ".join(why)
 
 
 def _carried_demotion(f: Finding, carried: Carried) -> Finding:

@@ -13,7 +13,7 @@ from metax_audit.stages.compare.predicates import statement_run
 
 _MAX_BYTES = 5_000_000
 # Hunks whose port side is code of the port's own (a removed upstream statement has no port text to carry).
-_PORT_TEXT_KINDS = frozenset({"changed", "added", "call-changed", "fallback-added", "class-attribute"})
+_PORT_TEXT_KINDS = frozenset({"changed", "added", "call-changed", "fallback-added", "class-attribute", "argument-commented-out"})
 
 
 def _dumps(tree: ast.Module | None) -> frozenset[str]:
@@ -73,6 +73,9 @@ class Carried:
                                          self._tree(self.base_root, up_path))
         if port_tree is None or up_tree is None or base_tree is None:
             return ""  # the port-only attribution needs both releases
+        own_def = _def_at(port_tree, site.line)
+        if own_def is not None:  # a whole member the port writes itself (a def where upstream imports the name)
+            return self._carried_def(own_def, site.path, _defs(up_tree) | _defs(base_tree))
         releases = _dumps(up_tree) | _dumps(base_tree)
         run = statement_run(port_tree, site.line, lambda st: _shallow_dump(st) not in releases)
         if not run:
@@ -86,3 +89,29 @@ class Carried:
         lines = f"{run[0].lineno}-{run[-1].end_lineno or run[-1].lineno}" if len(run) > 1 or run[0].end_lineno != run[0].lineno else str(run[0].lineno)
         return (f"a vendor change carried since the previous sync: the port had the same code (lines {lines}) at {self.since()}, "
                 f"and neither {self.base} nor {self.target} has it")
+
+    def _carried_def(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, path: str, releases: frozenset[str]) -> str:
+        text = self.old_text(path)
+        try:
+            old = _defs(ast.parse(text)) if text is not None else frozenset()
+        except (SyntaxError, ValueError):
+            return ""
+        if ast.dump(node) in releases or ast.dump(node) not in old:
+            return ""
+        return (f"a vendor change carried since the previous sync: the port had the same {node.name} "
+                f"(lines {node.lineno}-{node.end_lineno}) at {self.since()}, and neither {self.base} nor {self.target} has it")
+
+
+def _def_at(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | None:
+    """The function or class whose `def` line (or first decorator) is `line`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
+                and line in {node.lineno, *(d.lineno for d in node.decorator_list)}:
+            return node
+    return None
+
+
+def _defs(tree: ast.Module | None) -> frozenset[str]:
+    """Every function and class of a file, whole, without positions."""
+    return frozenset(ast.dump(n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)) \
+        if tree is not None else frozenset()

@@ -463,3 +463,73 @@ def statement_run(tree: ast.Module, line: int, own: Callable[[ast.stmt], bool]) 
             break
         out.append(st)
     return out
+
+
+def unsupported_feature_branch(evaluator: Evaluator, port_root: Path, port_path: str, up_root: Path, up_path: str,
+                               up_line: int) -> str:
+    """Evidence that a branch the port drops, upstream's `if <feature> is not None:`, handles a feature the port's
+    backend says it does not support on the vendor platform (its `supports_<feature>()` evaluates False there):
+    vLLM selects no backend for a layer with that feature whose hook says False, so the branch never runs; ""
+    otherwise."""
+    up_mod, port_mod = evaluator.module_at(up_root, up_path), evaluator.module_at(port_root, port_path)
+    found = _statement_at(up_mod.tree, up_line) if up_mod is not None else None
+    if found is None or port_mod is None or not isinstance(found[0], ast.If):
+        return ""
+    test = found[0].test
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.IsNot) and isinstance(test.comparators[0], ast.Constant)
+            and test.comparators[0].value is None) or found[0].orelse:
+        return ""
+    feature = test.left.id
+    hooks = {f"supports_{feature}", f"supports_{feature.rstrip('s')}"}
+    for cls in (n for n in port_mod.tree.body if isinstance(n, ast.ClassDef)):
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in hooks and _is_class_level(fn):
+                call = ast.Call(func=ast.Attribute(value=ast.Name(id=cls.name, ctx=ast.Load()), attr=fn.name, ctx=ast.Load()),
+                                args=[], keywords=[])
+                value = evaluator.value(call, evaluator.scope_in(port_mod, None, None))
+                if value is not None and value.exact and value.value is False:
+                    return (f"upstream's `if {feature} is not None:` handles {feature}, which {cls.name}.{fn.name}() says the "
+                            f"backend does not support on the vendor platform, and vLLM selects no backend for such a layer "
+                            f"when its hook says False ({'; '.join(value.why)})")
+    return ""
+
+
+_REGISTER = "direct_register_custom_op"
+
+
+def registered_by_imported_upstream(port_root: Path, port_path: str, port_line: int, up_root: Path, up_path: str,
+                                    up_line: int) -> str:
+    """Evidence that a hunk only drops upstream's module-level op registrations (`direct_register_custom_op(...)`)
+    for a statement that does nothing at run time (`pass`, an `if TYPE_CHECKING:` block), in a port file that
+    imports from that very upstream module: importing it runs upstream's registrations, so the ops are registered
+    once, by upstream (registering them again would fail); "" otherwise."""
+    port = read_source_cached(port_root, port_path, _MAX_BYTES).tree if (port_root / port_path).is_file() else None
+    up = read_source_cached(up_root, up_path, _MAX_BYTES).tree if (up_root / up_path).is_file() else None
+    if port is None or up is None:
+        return ""
+    p = next((i for i, st in enumerate(port.body) if st.lineno == port_line), None)
+    u = next((i for i, st in enumerate(up.body) if st.lineno == up_line), None)
+    if p is None or u is None or not _no_op(port.body[p]):
+        return ""
+    ops = []
+    for st in up.body[u:]:
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue  # members are compared on their own; the module's other statements make up its hunks
+        if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and ast.unparse(st.value.func).endswith(_REGISTER)):
+            break
+        name = next((k.value.value for k in st.value.keywords if k.arg == "op_name" and isinstance(k.value, ast.Constant)), None)
+        ops.append(str(name) if name is not None else "?")
+    module = module_name(up_path)
+    imports = [st.lineno for st in port.body if isinstance(st, ast.ImportFrom) and not st.level and st.module == module]
+    if not ops or not imports:
+        return ""
+    return (f"upstream's {module} registers {', '.join(ops)} when it is imported ({up_path}:{up_line}), and the port file "
+            f"imports from that module (line {imports[0]}): the ops are registered once, by upstream")
+
+
+def _no_op(st: ast.stmt) -> bool:
+    """A statement that does nothing at run time: `pass`, a docstring, an `if TYPE_CHECKING:` block."""
+    if isinstance(st, ast.Pass) or (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)):
+        return True
+    return isinstance(st, ast.If) and ast.unparse(st.test).endswith("TYPE_CHECKING") and not st.orelse
