@@ -9,6 +9,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from metax_audit.core.pysource import find_module, module_name, read_source_cached
 from metax_audit.stages.compare.consequence import VendorPlatform
@@ -70,11 +71,11 @@ class _Scope:
     seen: frozenset[str] = frozenset()
 
 
-_COMPARE: dict[type, Callable[[object, object], object]] = {
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
     ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
 }
-_BINARY: dict[type, Callable[[object, object], object]] = {
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod, ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
 }
 
@@ -445,9 +446,9 @@ def same_on_platform(evaluator: Evaluator, port_root: Path, port_path: str, port
     if p_dump != u_dump or not (p_why or u_why):
         return ""
     first = lambda text: " ".join(text.split("\n", 1)[0].split())  # noqa: E731 - a header line, short
-    why = "; ".join(dict.fromkeys([*u_why, *p_why]))
+    answers = "; ".join(dict.fromkeys([*u_why, *p_why]))
     return (f"the same on the vendor platform: upstream `{first(u_was)}` and the port's `{first(p_was)}` both read "
-            f"`{first(p_text)}` there ({why})")
+            f"`{first(p_text)}` there ({answers})")
 
 
 def statement_run(tree: ast.Module, line: int, own: Callable[[ast.stmt], bool]) -> list[ast.stmt]:
