@@ -4,10 +4,13 @@ and is that finding gone at the fix? A measurement (run by hand on the real targ
     python3 benchmarks/history_cases.py benchmarks/history/metax.json --out /tmp/hist-metax \
         [--python /work/targets/fi-venv/bin/python] [--only FIX,...] [--table reports/history/metax.md]
 
-The case file (JSON) names the port checkout, its config, and one record per fixed site:
+The case file (JSON) names the port checkout (`repo`: environment variables expanded, e.g.
+"${HISTORY_TARGETS}/ascend" with HISTORY_TARGETS defaulting to /work/targets; --repo overrides it), its
+config (`config`: a relative path is read from this metax-audit checkout; --config overrides it), and one
+record per fixed site:
   fix        the fixing commit; the parent `fix^` is the buggy revision
   path       the fixed file (repo-relative, at the parent)
-  lines      [first, last] line of the fixed site at the parent (a finding within `slack` lines counts)
+  lines      [first, last] line of the fixed site at the parent (a finding there; when none is, one within `slack` lines)
   kind       import | undefined-name | attribute | signature | registration | compiled-call |
              custom-op | torch-ops | runtime-name | override | semantic (what breaks)
   visible    whether a static tool could see it at all (semantic fixes: false, and not reviewed)
@@ -16,8 +19,11 @@ The case file (JSON) names the port checkout, its config, and one record per fix
 Reviews are grouped by (upstream, base) so that the cached upstream of one release serves its cases;
 each revision is reviewed once (cached reviews reused between runs of the script: --rerun to redo).
 A case is "found" when a finding of one of the kind's rules or categories lies at the site at the
-parent, and "gone" when no finding with that finding's id, nor of the kind at the site's path with the
-same message, is left at the fix.
+parent (its location, a site it lists, or a "port: PATH:LINE" line of its evidence), and "gone" when
+nothing of it is shown at the fix: no finding at warning or error with that finding's id, or of the
+same rule at the same path with the same message, that still names the site's file (one finding may
+stand for several sites: the fix of one leaves the others). An info left with the same id (an import
+in the branch of a version test the release does not take) is named in the row's "left at info".
 """
 from __future__ import annotations
 
@@ -87,6 +93,7 @@ def _at_site(f: dict, case: dict, slack: int) -> bool:
     sites = [(case["path"], *case["lines"]), *(tuple(a) for a in case.get("also", ()))]
     where = [(f["path"], f.get("line") or 0)]
     where += [(m.group(1), int(m.group(2))) for ev in f.get("evidence", ()) if (m := _SITE.match(ev))]
+    where += [(x["path"], x.get("line") or 0) for x in f.get("sites", ()) if x.get("path")]
     return any(p == path and lo - slack <= line <= hi + slack for p, line in where for path, lo, hi in sites)
 
 
@@ -102,29 +109,46 @@ def judge(case: dict, parent: dict | None, fix: dict | None, slack: int) -> dict
     if parent is None or fix is None:
         row.update(found=None, gone=None, finding=None, note=f"review failed; {case.get('note', '')}")
         return row
-    hits = [f for f in parent["findings"] if _of_kind(f, case["kind"]) and _at_site(f, case, slack)]
+    # the findings at the fixed lines themselves; only when none is, those within `slack` lines of them
+    hits = [f for f in parent["findings"] if _of_kind(f, case["kind"]) and _at_site(f, case, 0)] or \
+        [f for f in parent["findings"] if _of_kind(f, case["kind"]) and _at_site(f, case, slack)]
     hits.sort(key=lambda f: -SEVERITY[f["severity"]])
     row["found"] = bool(hits)
     row["finding"] = f"{hits[0]['severity']} {hits[0]['rule']} {hits[0]['path']}:{hits[0]['line']} {hits[0]['message'][:140]}" if hits else None
     row["severity"] = hits[0]["severity"] if hits else None
     if hits:
-        ids = {f["id"] for f in fix["findings"]}
-        same = {(f["rule"], f["path"], _norm(f["message"])) for f in fix["findings"]}
-        row["gone"] = all(h["id"] not in ids and (h["rule"], h["path"], _norm(h["message"])) not in same for h in hits)
+        files = {case["path"], *(a[0] for a in case.get("also", ()))}
+
+        def same(g: dict, h: dict) -> bool:
+            return g["id"] == h["id"] or (g["rule"], g["path"], _norm(g["message"])) == (h["rule"], h["path"], _norm(h["message"]))
+
+        left = [g for g in fix["findings"] if any(same(g, h) for h in hits) and _files(g) & files]
+        row["gone"] = not [g for g in left if g["severity"] != "info"]
+        row["left_info"] = next((f"{g['rule']} {g['path']}:{g['line']}" for g in left if g["severity"] == "info"), None)
     else:
         row["gone"] = None
     return row
 
 
-def table(rows: list[dict], title: str) -> str:
+def _files(f: dict) -> set[str]:
+    """The files a finding names: its location, its sites, the "port: PATH:LINE" lines of its evidence."""
+    out = {f["path"], *(x["path"] for x in f.get("sites", ()) if x.get("path"))}
+    return out | {m.group(1) for ev in f.get("evidence", ()) if (m := _SITE.match(ev))}
+
+
+def table(rows: list[dict], title: str, source: str = "") -> str:
     lines = [f"# {title}", "",
+             f"Produced by `python3 benchmarks/history_cases.py {source}` (found: a finding of the kind at the fixed lines of "
+             "the parent, reviewed at the release it followed; gone: nothing of it left at warning or error at the fix; "
+             "see the script's docstring).", "",
              "| fix commit | kind | site (at the parent) | statically visible? | found at parent? | gone at fix? | finding at the parent |",
              "|---|---|---|---|---|---|---|"]
     yn = {True: "yes", False: "no", None: "-"}
     for r in rows:
         site = f"{r['path']}:{r['lines'][0]}" + (f"-{r['lines'][1]}" if r["lines"][1] != r["lines"][0] else "")
         lines.append(f"| {r['fix']} ({r['upstream']}/{r['base']}) | {r['kind']} | `{site}` | {yn[r['visible']]} | "
-                     f"{yn[r.get('found')]} | {yn[r.get('gone')]} | {(r.get('finding') or r.get('note') or '').replace('|', '/')} |")
+                     f"{yn[r.get('found')]} | {yn[r.get('gone')]}{' (left at info: ' + r['left_info'] + ')' if r.get('left_info') else ''} | "
+                     f"{(r.get('finding') or r.get('note') or '').replace('|', '/')} |")
     vis = [r for r in rows if r["visible"]]
     ok = [r for r in vis if r.get("found") and r.get("gone")]
     at_error = [r for r in ok if r.get("severity") == "error"]
@@ -150,10 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slack", type=int, default=2)
     ap.add_argument("--rerun", action="store_true")
     ap.add_argument("--table", type=Path)
+    ap.add_argument("--repo", type=Path, help="the port checkout (overrides the case file's repo)")
+    ap.add_argument("--config", type=Path, help="the port's config (overrides the case file's config)")
     ap.add_argument("--allow-unbound", help="PKG[,PKG] passed to each review: pinned kernel packages without a public base")
     args = ap.parse_args(argv)
     spec = json.loads(Path(args.cases).read_text(encoding="utf-8"))
-    repo, config = Path(spec["repo"]), spec.get("config")
+    repo = args.repo or Path(os.path.expandvars(spec["repo"].replace("${HISTORY_TARGETS}", os.environ.get("HISTORY_TARGETS", "/work/targets"))))
+    config = str(args.config) if args.config else spec.get("config")
+    if config and not Path(config).is_absolute():
+        config = str(Path(__file__).resolve().parents[1] / config)
     cases = [c for c in spec["cases"] if not args.only or c["fix"] in args.only.split(",")]
     reviews: dict[str, dict | None] = {}
     for case in sorted(cases, key=lambda c: (c["upstream"], c["base"], c["fix"])):
@@ -169,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rev} vllm {case['upstream']}/{case['base']}: {how}, {wall:.1f} s", file=sys.stderr, flush=True)
     rows = [judge(c, reviews.get(f"{c['fix']}^@{c['upstream']}"), reviews.get(f"{c['fix']}@{c['upstream']}"), args.slack) for c in cases]
     (args.out / "results.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    text = table(rows, spec.get("title", "History cases"))
+    text = table(rows, spec.get("title", "History cases"), Path(args.cases).as_posix())
     if args.table:
         args.table.parent.mkdir(parents=True, exist_ok=True)
         args.table.write_text(text, encoding="utf-8")
