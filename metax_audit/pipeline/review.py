@@ -114,7 +114,7 @@ def _review(options: ReviewOptions, progress: Progress | None, generate_waivers:
             base_options = baseline_mod.baseline_options(options, rev, config=result.config)
             with frozen_heap():  # the review's parses are still alive: no collection needs to rescan them
                 with relaxed_gc():
-                    served = review_cache.served_revision(base_options, progress)
+                    served = review_cache.served_revision(base_options, progress, _still_kept(base_options))
                 base = served or _review_one(base_options, progress, False).report
                 report = baseline_mod.compare_with(result.report, base, rev)
             info = report.baseline_info
@@ -179,7 +179,7 @@ def _audit_snapshot(
     from metax_audit.pipeline import review_cache
 
     entry = review_cache.entry_for(snap, config, options, progress, run.export)
-    cached = review_cache.served_from_cache(entry, snap, run.stages, started, options)
+    cached = review_cache.served_from_cache(entry, snap, run.stages, started, _still_kept(options))
     if cached is not None:
         from metax_audit.pipeline.incremental import served_discovery
 
@@ -199,6 +199,17 @@ def _audit_snapshot(
 
         keep_discovery_of_review(entry, snap.repo, config.port_package, options.paths)
     return (*_waived(report, snap, config, options, generate_waivers), config)
+
+
+def _still_kept(options: ReviewOptions) -> Callable[[str, str], bool]:
+    """Whether the package index's "not there" of a public base (NAME==VERSION) and module is still kept
+    (stack_pins.kept_miss): what a kept review with accepted unbound pins stands on (review_cache._usable)."""
+    from metax_audit.cache.memo import review_memo
+    from metax_audit.stages.introspect.stack_pins import kept_miss
+
+    memo = review_memo(True)
+    return lambda public, module: kept_miss(public, module, memo=memo, cache_dir=options.cache_dir,
+                                            index_url=options.index_url) is not None
 
 
 def _prestart_introspection(config: AuditConfig, options: ReviewOptions) -> introspect_mod.Prestarted | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,10 +50,11 @@ def result_key(digest: str, config: AuditConfig, options: ReviewOptions, progres
                            *([repr(options.config)] if options.config is not None else []))
 
 
-def _usable(hit: object, options: ReviewOptions) -> tuple[str, AuditReport] | None:
-    """The snapshot root and report of a kept review, None when it is not one or no longer holds: a review with accepted unbound
-    pins holds while the index's "not there" of each is kept (stack_pins.kept_miss: under the same index
-    configuration, for a day); after that the review is computed again and the index asked again."""
+def _usable(hit: object, still_kept: Callable[[str, str], bool]) -> tuple[str, AuditReport] | None:
+    """The snapshot root and report of a kept review, None when it is not one or no longer holds: a review
+    with accepted unbound pins holds while the index's "not there" of each (public base, module) is kept
+    (`still_kept`: stack_pins.kept_miss, under the same index configuration, for a day); after that the
+    review is computed again and the index asked again."""
     if not (isinstance(hit, tuple) and len(hit) in (2, 3) and isinstance(hit[1], AuditReport)):
         return None
     misses = hit[2] if len(hit) == 3 else ()
@@ -62,14 +63,8 @@ def _usable(hit: object, options: ReviewOptions) -> tuple[str, AuditReport] | No
         return None
     if bool(misses) != bool(hit[1].unbound):
         return None  # a report with unbound pins is kept only with the answers it stands on
-    if misses:
-        from metax_audit.cache.memo import review_memo
-        from metax_audit.stages.introspect.stack_pins import kept_miss
-
-        memo = review_memo(True)
-        if any(kept_miss(public, module, memo=memo, cache_dir=options.cache_dir, index_url=options.index_url) is None
-               for public, module in misses):
-            return None
+    if not all(still_kept(public, module) for public, module in misses):
+        return None
     return str(hit[0]), hit[1]
 
 
@@ -87,11 +82,11 @@ def upstream_and_base(config: AuditConfig, options: ReviewOptions, progress: Pro
 
 
 def served_from_cache(entry: Key | None, snap: SnapshotInfo, stages_so_far: Sequence[StageRecord], started: float,
-                      options: ReviewOptions) -> AuditReport | None:
-    """The cached review of identical inputs, as a report of this snapshot."""
+                      still_kept: Callable[[str, str], bool]) -> AuditReport | None:
+    """The cached review of identical inputs, as a report of this snapshot (`still_kept`: see _usable)."""
     from metax_audit.cache import resultcache
 
-    usable = _usable(resultcache.load(entry), options) if entry is not None else None
+    usable = _usable(resultcache.load(entry), still_kept) if entry is not None else None
     if usable is None:
         return None
     old_root, report = usable
@@ -105,7 +100,8 @@ def served_from_cache(entry: Key | None, snap: SnapshotInfo, stages_so_far: Sequ
                    generated_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
 
-def served_revision(options: ReviewOptions, progress: Progress) -> AuditReport | None:
+def served_revision(options: ReviewOptions, progress: Progress, still_kept: Callable[[str, str], bool],
+                    ) -> AuditReport | None:
     """The review of revision options.rev served from the revision memo and the result cache without
     exporting a snapshot (incremental.py), waivers applied as the pipeline's _waived does; None on any miss."""
     from metax_audit.cache import resultcache
@@ -123,7 +119,7 @@ def served_revision(options: ReviewOptions, progress: Progress) -> AuditReport |
         if memo and found else None
     if memo and options.config is not None and memo.config != options.config:
         return None  # reviewed under the subject's config, not the one the revision holds: computed afresh
-    usable = _usable(resultcache.load(entry), options) if memo and entry else None
+    usable = _usable(resultcache.load(entry), still_kept) if memo and entry else None
     if memo is None or usable is None:
         return None
     with incremental.waivers_file(memo, options.waivers) as path:

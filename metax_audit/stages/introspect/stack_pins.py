@@ -283,7 +283,7 @@ def kept_miss(public: str, module: str, *, memo: Memo, cache_dir: Path | None = 
     file:// index) as it was then, and no public-base entry made since; else None (ask the index)."""
     from metax_audit.stages.introspect import pkgindex
 
-    parts = _miss_parts(public, module, index_url)
+    parts = _miss_parts(public, module, index_url) if memo.enabled else None  # --no-cache: nothing is kept
     value = memo.load(Kind.INDEX_MISS, *parts) if parts is not None else None
     if not (isinstance(value, dict) and isinstance(value.get("why"), str) and isinstance(value.get("asked"), (int, float))
             and isinstance(value.get("local"), list)):
