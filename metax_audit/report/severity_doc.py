@@ -194,9 +194,13 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA170": ((E, "a torch.ops use or an op-referencing call names an op that no provider read (port Python and C++, "
                    "upstream Python and compiled extensions, manifest) registers: AttributeError on first call",
                 "`torch.ops._C.fused_qnorm_rope_insert(...)` after the C++ `.def` of that op was dropped"),),
-    "MXA171": ((W, "an `\"ns::op\"` string in a configuration list names no registered op, so what the list asks for "
-                   "(a piecewise graph split) never happens for it",
-                "`compilation_config._attention_ops.append(\"vllm::old_attention_op\")` after the op was removed"),),
+    "MXA171": ((W, "an `\"ns::op\"` string in a configuration list names no registered op while a registered op of a "
+                   "similar name is missing from the list (renamed under it), so what the list asks for (a piecewise "
+                   "graph split) never happens for the op that runs",
+                "`_attention_ops.append(\"vllm::attn_v1\")` after the op became `vllm::attn_v2`"),
+               (I, "the string names no registered op and no registered op of a similar name is missing from the lists: "
+                   "a stale entry that asks for nothing",
+                "`compilation_config._attention_ops.append(\"vllm::old_attention_op\")` after the op was removed")),
     "MXA172": ((I, "the op's provider cannot be read statically here (a compiled package, a computed name); not "
                    "evidence that the op is missing",
                 "`torch.ops.sgl_kernel.gate(...)` with no manifest of the stack"),),

@@ -34,8 +34,9 @@ rule("MXA170", Category.REGISTRATION, Severity.ERROR, "op name that nothing on t
      "provider read and the closest registered names. Register the op, or call the name the provider defines.")
 rule("MXA171", Category.REGISTRATION, Severity.WARNING, "op name in a configuration list that nothing registers",
      "A `\"ns::op\"` string (e.g. an attention op appended to the compilation config's splitting ops) names no "
-     "registered op, so whatever the list asks for (a piecewise graph split) never happens for it. Usually a "
-     "stale name left after the op was renamed or removed: fix or drop the entry.")
+     "registered op. A warning when a registered op of a similar name is missing from the list (renamed under "
+     "it): what the list asks for (a piecewise graph split) never happens for the op that runs; fix the entry. "
+     "Info when no such op exists: a stale name left after the op was removed, asking for nothing; drop it.")
 rule("MXA172", Category.REGISTRATION, Severity.INFO, "op name could not be checked against its registrations",
      "The namespace (or op) is provided by something this audit cannot read statically (a compiled package "
      "of the kernel stack, a registration with a computed name); this is not evidence that the op is missing. "
@@ -172,7 +173,9 @@ def check_ops(discovery: Discovery, table: OpTable, memo: FileMemo | None = None
     """One finding per op name in scope that no provider registers (or that could not be checked)."""
     paths = [f.path for f in discovery.files if f.parse_error is None]
     unchecked: dict[str, list[OpUse]] = {}
-    for use in op_uses(discovery.root, paths, memo):
+    uses = list(op_uses(discovery.root, paths, memo))
+    listed = {(u.namespace, u.name) for u in uses if u.kind == "string"}  # names the configuration lists hold
+    for use in uses:
         if use.kind == "namespace-call":
             yield _namespace_call(discovery.root, table, use)
             continue
@@ -209,7 +212,19 @@ def check_ops(discovery: Discovery, table: OpTable, memo: FileMemo | None = None
             yield make_finding("MXA173", loc, f"{what} is registered by nothing read here; the use is guarded by {use.guard}",
                                evidence)
         elif use.kind == "string":
-            yield make_finding("MXA171", loc, f"{what} names an op nothing registers", evidence)
+            # The consequence is in what the list misses: an op renamed under it (a registered op of a similar
+            # name the list does not hold) is not split or treated as attention; a name with no such successor
+            # asks for nothing that runs, so the entry is only stale.
+            missed = [c for c in close if (use.namespace, c) not in listed]
+            if missed:
+                yield make_finding("MXA171", loc, f"{what} names an op nothing registers; {use.namespace}::{missed[0]} is "
+                                   "registered and not in the list (renamed?): what the list asks for does not happen for it",
+                                   evidence)
+            else:
+                yield make_finding("MXA171", loc, f"{what} names an op nothing registers: a stale entry that asks for "
+                                   "nothing (no registered op of a similar name is missing from the list); drop it",
+                                   [*evidence, "no registered op of a similar name is missing from the configuration lists"],
+                                   severity=Severity.INFO)
         else:
             yield make_finding("MXA170", loc, f"{what} is registered by nothing on the target stack", evidence)
     for why, uses in unchecked.items():
