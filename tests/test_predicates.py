@@ -152,3 +152,20 @@ def test_a_dropped_branch_for_a_feature_the_backend_does_not_support_there(tmp_p
         assert bool(got) == said, got
         if said:
             assert "VendorBackend.supports_sink() says the backend does not support" in got
+
+
+def test_a_value_whose_truth_alone_is_known_is_folded_only_where_truth_counts(roots: tuple[Path, Path]) -> None:
+    # `unknown_value and fast_path_ok()` is falsy on the platform, but its value may be 0, None or False: a condition
+    # folds it, an assignment does not (two sides storing different falsy values are not the same code)
+    import ast
+
+    from metax_audit.stages.compare.predicates import fold
+
+    _port, up = roots
+    ev = _evaluator(roots, "8.0")
+    mod = ev.module_at(up, "up/helpers.py")
+    assert mod is not None
+    scope = ev.scope_in(mod, None, None)
+    expr = ast.parse("limit() and fast_path_ok()", mode="eval").body
+    assert ast.unparse(fold(expr, ev, scope, [], truth=True)) == "False"
+    assert ast.unparse(fold(expr, ev, scope, [])) == "limit() and False"
