@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metax_audit.core.models import Site
-from metax_audit.core.pysource import read_source_cached
+from metax_audit.core.pysource import ast_walk, dump, read_source_cached
 from metax_audit.stages.compare.predicates import statement_run
 
 _MAX_BYTES = 5_000_000
@@ -21,7 +21,7 @@ def _dumps(tree: ast.Module | None) -> frozenset[str]:
     if tree is None:
         return frozenset()
     out = set()
-    for node in ast.walk(tree):
+    for node in ast_walk(tree):
         if isinstance(node, ast.stmt) and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             out.add(_shallow_dump(node))
     return frozenset(out)
@@ -34,7 +34,7 @@ def _shallow_dump(node: ast.stmt) -> str:
     for name in ("body", "orelse", "finalbody", "handlers"):
         if isinstance(getattr(shallow, name, None), list):
             setattr(shallow, name, [])
-    return ast.dump(shallow)
+    return dump(shallow)
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Carried:
     base: str
     target: str
     _old: dict[str, frozenset[str]] = field(default_factory=dict)
+    _releases: dict[str, frozenset[str]] = field(default_factory=dict)  # upstream path -> both releases' statements
 
     def _tree(self, root: Path, rel: str) -> ast.Module | None:
         return read_source_cached(root, rel, _MAX_BYTES).tree if (root / rel).is_file() else None
@@ -76,7 +77,9 @@ class Carried:
         own_def = _def_at(port_tree, site.line)
         if own_def is not None:  # a whole member the port writes itself (a def where upstream imports the name)
             return self._carried_def(own_def, site.path, _defs(up_tree) | _defs(base_tree))
-        releases = _dumps(up_tree) | _dumps(base_tree)
+        if up_path not in self._releases:  # once per file: a file the sync left behind has many hunks
+            self._releases[up_path] = _dumps(up_tree) | _dumps(base_tree)
+        releases = self._releases[up_path]
         run = statement_run(port_tree, site.line, lambda st: _shallow_dump(st) not in releases)
         if not run:
             return ""
@@ -96,22 +99,26 @@ class Carried:
             old = _defs(ast.parse(text)) if text is not None else frozenset()
         except (SyntaxError, ValueError):
             return ""
-        if ast.dump(node) in releases or ast.dump(node) not in old:
+        if dump(node) in releases or dump(node) not in old:
             return ""
         return (f"a vendor change carried since the previous sync: the port had the same {node.name} "
                 f"(lines {node.lineno}-{node.end_lineno}) at {self.since()}, and neither {self.base} nor {self.target} has it")
 
 
 def _def_at(tree: ast.Module, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | None:
-    """The function or class whose `def` line (or first decorator) is `line`."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
-                and line in {node.lineno, *(d.lineno for d in node.decorator_list)}:
-            return node
+    """The module-level or class-level function or class whose `def` line (or first decorator) is `line`."""
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if line in {node.lineno, *(d.lineno for d in node.decorator_list)}:
+                return node
+            if isinstance(node, ast.ClassDef) and node.lineno <= line <= (node.end_lineno or node.lineno):
+                todo.extend(node.body)
     return None
 
 
 def _defs(tree: ast.Module | None) -> frozenset[str]:
     """Every function and class of a file, whole, without positions."""
-    return frozenset(ast.dump(n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)) \
+    return frozenset(dump(n) for n in ast_walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)) \
         if tree is not None else frozenset()
