@@ -96,6 +96,8 @@ ATTRIBUTE_CASES = [
          "class Concrete(Mixin, UpBase):\n    def __init__(self):\n        self.made = 1\n", ()),
     Case("set-on-a-class-attribute-elsewhere", CLASS + "class P(UpBase):\n    def f(self):\n        return self.late\n\n"
          "class Q:\n    @classmethod\n    def g(cls, p):\n        p.late = 1\n", ()),
+    # a base whose import does not resolve gives the class unknown attributes: the import is the finding
+    Case("base-import-broken", "from up.base import NotThere\nclass P(NotThere):\n    def f(self):\n        return self.from_the_lost_base\n", ()),
     Case("setattr-computed", CLASS + "class P(UpBase):\n    def __init__(self, **kw):\n        for k, v in kw.items():\n            setattr(self, k, v)\n    def f(self):\n        return self.any\n", ()),
     Case("dataclass-field", "from dataclasses import dataclass\n@dataclass\nclass P:\n    a: int\n    def f(self):\n        return self.a\n", ()),
     Case("super-method", CLASS + "class P(UpBase):\n    def hook(self):\n        return super().hook() + super().gone()\n", ("MXA125",), "super().gone"),

@@ -15,8 +15,9 @@ from metax_audit.core.pysource import ast_walk, walk_nodes
 from metax_audit.stages.checks.imports import READ, kept_import_sites, read_from
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.trace.modules import ModuleInfo, resolve_relative
+from metax_audit.stages.trace.resolve import Resolver
 from metax_audit.stages.trace.symbols import Provider, Status, SymbolTable
-from metax_audit.stages.trace.values import Cls, Ext, known
+from metax_audit.stages.trace.values import Cls, Ext, Scope, known
 
 rule("MXA125", Category.IMPORT, Severity.ERROR, "attribute read on self, a class or super() that no class in its MRO defines",
      "Neither the class nor any base class (port or upstream, read statically) defines or assigns the attribute, "
@@ -66,6 +67,8 @@ class _Attributes:
         read: list[str] = []
         chain = self.r.mro(cls)
         for c in chain[1:] if skip_first else chain:
+            if isinstance(c, Cls) and (lost := _unresolved_base(self.r, c)):
+                return names, f"base {lost} of {c.dotted} does not resolve (its import is broken or it is computed)", read
             if isinstance(c, Ext):
                 if c.dotted in _NEUTRAL_BASES:
                     continue
@@ -80,6 +83,16 @@ class _Attributes:
                     ast.unparse(d).split("(")[0].rsplit(".", 1)[-1] in {"dataclass", "final"} for d in c.node.decorator_list):
                 return names, f"{c.dotted} is decorated ({', '.join(ast.unparse(d) for d in c.node.decorator_list)})", read
         return names, "", read
+
+
+def _unresolved_base(r: Resolver, cls: Cls) -> str:
+    """The first base expression of `cls` that resolves to no class (an import that does not resolve, a call):
+    what it gives the class is unknown, so its attributes are. '' when every base resolves."""
+    for b in cls.node.bases:
+        expr = b.value if isinstance(b, ast.Subscript) else b
+        if not any(isinstance(v, Cls | Ext) for v in r.materialize(r.eval(expr, Scope.of(cls.info, None), 1))):
+            return ast.unparse(expr)
+    return ""
 
 
 def _own(cls: Cls) -> _ClassFacts:
