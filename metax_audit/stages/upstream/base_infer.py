@@ -51,6 +51,21 @@ def infer_base(repo: Path, rev: str, target: str, upstream_package: str, port_pa
 def _before_last_change(repo: Path, rev: str, path: str, kind: str, upstream_package: str, target: str, what: str,
                         shown: str) -> BaseGuess:
     """What `path` declared just before the newest commit that set the declaration to `target`."""
+    change = _change_to(repo, rev, path, kind, upstream_package, target)
+    if change is None:
+        return BaseGuess(None, f"not inferred: at {shown} {what}, and no commit in its history changed it to {target}")
+    sha, subject, now, before = change
+    if before is None or _key(before) > _key(target):
+        return BaseGuess(None, f"not inferred: at {shown} {what}; before the commit that set it ({_short(subject)}) "
+                               f"it declared {before or 'nothing readable'}")
+    return BaseGuess(before, f"inferred from the port's history: at {shown} {what}; it declared {before} before "
+                             f"{sha[:7]} ({_short(subject)}) changed it to {now}")
+
+
+def _change_to(repo: Path, rev: str, path: str, kind: str, upstream_package: str, target: str,
+               ) -> tuple[str, str, str, str | None] | None:
+    """The newest commit in the history of `rev` that changed what `path` declares to `target`: (sha, subject,
+    what it declared then, what it declared before); None when no commit within _MAX_COMMITS did."""
     log = _git(repo, "log", f"--max-count={_MAX_COMMITS}", "--format=%H%x09%s", rev, "--", path)
     for entry in (log or "").splitlines():
         sha, _, subject = entry.partition("\t")
@@ -60,12 +75,8 @@ def _before_last_change(repo: Path, rev: str, path: str, kind: str, upstream_pac
         before = _declared(_show(repo, f"{sha}^", path), path, kind, upstream_package)
         if before is not None and _key(before) == _key(target):
             continue  # this commit did not change the declaration; an older one did
-        if before is None or _key(before) > _key(target):
-            return BaseGuess(None, f"not inferred: at {shown} {what}; before the commit that set it ({_short(subject)}) "
-                                   f"it declared {before or 'nothing readable'}")
-        return BaseGuess(before, f"inferred from the port's history: at {shown} {what}; it declared {before} before "
-                                 f"{sha[:7]} ({_short(subject)}) changed it to {now}")
-    return BaseGuess(None, f"not inferred: at {shown} {what}, and no commit in its history changed it to {target}")
+        return sha, subject, now, before
+    return None
 
 
 def _declared(text: str | None, path: str, kind: str, upstream_package: str) -> str | None:
@@ -129,17 +140,11 @@ def previous_sync(repo: Path, rev: str, base: str, upstream_package: str, port_p
     for path, kind in candidates:
         if _declared(_show(repo, rev, path), path, kind, upstream_package) is None:
             continue
-        log = _git(repo, "log", f"--max-count={_MAX_COMMITS}", "--format=%H%x09%s", rev, "--", path)
-        for entry in (log or "").splitlines():
-            sha, _, subject = entry.partition("\t")
-            now = _declared(_show(repo, sha, path), path, kind, upstream_package)
-            if now is None or _key(now) != _key(base):
-                continue
-            before = _declared(_show(repo, f"{sha}^", path), path, kind, upstream_package)
-            if before is not None and _key(before) == _key(base):
-                continue  # this commit did not change the declaration; an older one did
-            return SyncPoint(sha, f"{sha[:7]} ({_short(subject)}) set {path} to {base}")
-        return None
+        change = _change_to(repo, rev, path, kind, upstream_package, base)
+        if change is None:
+            return None
+        sha, subject, _, _ = change
+        return SyncPoint(sha, f"{sha[:7]} ({_short(subject)}) set {path} to {base}")
     return None
 
 
