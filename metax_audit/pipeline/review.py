@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -431,24 +432,24 @@ def _carried(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | No
     """What tells a port-only change the previous sync already had: the port's files at the commit that moved its
     declaration to the base release (read from its history only when a hunk asks), None without that history."""
     from metax_audit.stages.compare.carried import Carried
-    from metax_audit.stages.upstream.base_infer import file_at, previous_sync
+    from metax_audit.stages.upstream.base_infer import SyncPoint, file_at, previous_sync
 
     if upstream is None or upstream.root is None or base is None or base.root is None or not base.version \
             or not st.snap.commit or not st.snap.repo:
         return None
-    repo, config = Path(st.snap.repo), st.config
-    found: list[object] = []
+    repo, config, commit, version = Path(st.snap.repo), st.config, st.snap.commit, base.version
+
+    @functools.cache
+    def point() -> SyncPoint | None:  # one history walk, and only when a hunk asks
+        return previous_sync(repo, commit, version, config.upstream_package, config.port_package)
 
     def old_text(path: str) -> str | None:
-        if not found:
-            found.append(previous_sync(repo, st.snap.commit or "", base.version or "", config.upstream_package, config.port_package))
-        point = found[0]
-        return file_at(repo, point.commit, path) if point is not None else None  # type: ignore[attr-defined]
+        sync = point()
+        return file_at(repo, sync.commit, path) if sync is not None else None
 
     def since() -> str:
-        old_text("")
-        point = found[0]
-        return point.evidence if point is not None else ""  # type: ignore[attr-defined]
+        sync = point()
+        return sync.evidence if sync is not None else ""
 
     return Carried(st.snap.root, upstream.root, base.root, old_text, since, base.version, upstream.version or "?")
 
