@@ -36,7 +36,8 @@ rule("MXA184", Category.CLAIM, Severity.ERROR, "advertised capability whose only
      "The backend advertises a value (a quantized KV-cache dtype), the layer that runs its impl takes a path for "
      "that value through a CustomOp of the port, and on an out-of-tree platform an enabled CustomOp runs forward_oot "
      "(vLLM's CustomOp.dispatch_forward), whose body in the port only raises NotImplementedError: every request of "
-     "that configuration fails. The advertised value, the gate of the call (with the impl attribute it reads, as the "
+     "that configuration fails whenever the op is enabled (compilation_config.custom_ops; a disabled op runs "
+     "forward_native, which does not raise). The advertised value, the gate of the call (with the impl attribute it reads, as the "
      "impl's class sets it) and the raising forward_oot are the evidence. Implement forward_oot or stop advertising.")
 rule("MXA185", Category.REGISTRATION, Severity.WARNING, "a class-level list appended to on every config check",
      "The platform's check_and_update_config (which vLLM calls for every config it builds) appends to an attribute "
@@ -465,13 +466,14 @@ def check_oot_raises(discovery: Discovery, trace: TraceResult) -> Iterator[Findi
                     yield make_finding(
                         "MXA184", Location(path, call.lineno, f"oot-raises:{chain.name}:{ops[attr]}"),
                         f"NotImplementedError when {chain.name} runs with a {adv.value!r} KV cache: {holder.name}.{fn.name} calls "
-                        f"self.{attr} ({ops[attr]}) under `{ast.unparse(gate)}`, and on an out-of-tree platform its forward_oot "
-                        f"only raises", [
+                        f"self.{attr} ({ops[attr]}) under `{ast.unparse(gate)}`, and on an out-of-tree platform, with that CustomOp "
+                        f"enabled (compilation_config.custom_ops), its forward_oot only raises", [
                             f"advertised: {backend[0]}:{adv.line}: {adv.text}",
                             f"path: {path}:{call.lineno}: {source_line(root, path, call.lineno)}  (under `{ast.unparse(gate)}`)",
                             *(f"impl: {where}: {a} is True for {impl[1].rsplit('.', 1)[-1]}" for a, (_, where) in values.items()),
                             f"raises: {op_path}:{op_line}: {ops[attr]}.forward_oot only raises NotImplementedError",
-                            "contract: vLLM's CustomOp.dispatch_forward runs forward_oot when current_platform.is_out_of_tree()",
+                            "contract: vLLM's CustomOp.dispatch_forward runs forward_oot when the op is enabled and "
+                            "current_platform.is_out_of_tree(); a disabled op runs forward_native instead",
                         ],
                         sites=[Site(backend[0], adv.line, chain.name, "advertised", adv.text),
                                Site(path, call.lineno, f"{holder.name}.{fn.name}", "call", ast.unparse(gate)),
