@@ -138,9 +138,12 @@ def _with_sites(f: Finding, sites: list[Site]) -> Finding:
     lead = next((x for x in sites if x.kind and not x.verdict), None)
     if severity == Severity.WARNING and lead is not None and sites[0].verdict and not f.sites[0].verdict and f.rule == "MXA201":
         # The hunk the finding led with is explained now: it leads with what remains to judge.
-        explained = sum(bool(new.verdict) and not old.verdict for old, new in zip(f.sites, sites, strict=True))
+        # Every hunk with a verdict counts, this pass's and the compare's (a case the port rejects up front): the
+        # two numbers add up to the hunks the finding lists.
+        explained = sum(bool(x.verdict) for x in sites if x.kind)
         message = (f"{sum(not x.verdict for x in sites if x.kind)} undeclared differences left in {lead.symbol or f.location.symbol} "
-                   f"({explained} explained: installed signature, vendor platform or carried); at line {lead.line}: "
+                   f"({explained} explained: installed signature, vendor platform, rejected case or carried); "
+                   f"at line {lead.line}: "
                    f"{lead.kind}: {lead.detail}")
         location = replace(f.location, line=lead.line)
     return replace(f, evidence=evidence, severity=severity, sites=tuple(sites), message=message, location=location)
