@@ -140,9 +140,10 @@ def _with_sites(f: Finding, sites: list[Site]) -> Finding:
         # The hunk the finding led with is explained now: it leads with what remains to judge.
         # Every hunk with a verdict counts, this pass's and the compare's (a case the port rejects up front): the
         # two numbers add up to the hunks the finding lists.
-        explained = sum(bool(x.verdict) for x in sites if x.kind)
-        message = (f"{sum(not x.verdict for x in sites if x.kind)} undeclared differences left in {lead.symbol or f.location.symbol} "
-                   f"({explained} explained: installed signature, vendor platform, rejected case or carried); "
+        hunks = [x for x in sites if x.kind]
+        left = sum(not x.verdict for x in hunks)
+        message = (f"{left} undeclared differences left in {lead.symbol or f.location.symbol} "
+                   f"({len(hunks) - left} explained: installed signature, vendor platform, rejected case or carried); "
                    f"at line {lead.line}: "
                    f"{lead.kind}: {lead.detail}")
         location = replace(f.location, line=lead.line)
