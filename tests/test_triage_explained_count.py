@@ -1,5 +1,6 @@
 # An MXA201 finding whose lead hunk is explained leads with what remains, and its two counts (left, explained)
-# add up to the hunks it lists: a hunk the compare already explained counts as explained too.
+# add up to the hunks it lists (a hunk the compare already explained counts as explained too); the first screen
+# counts the places the same way.
 from dataclasses import replace
 
 import metax_audit.stages.compare.rules  # noqa: F401  (registers MXA201)
@@ -25,3 +26,15 @@ def test_counts_of_left_and_explained_add_up_to_the_hunks():
     assert found.message.startswith("2 undeclared differences left in Impl.forward (2 explained:")
     assert found.location.line == 20
     assert hunk_line(after[0]) in found.evidence  # the explained hunk's evidence line is rendered again
+
+
+def test_the_first_screen_counts_the_places_left_and_the_explained_apart():
+    from metax_audit.report.first_screen import statement
+
+    sites = [Site("p/a.py", 10, "Impl.forward", "call-changed", "kernel(-out)", verdict="info: the installed kernel has no out"),
+             Site("p/a.py", 20, "Impl.forward", "added", "x = 1"),
+             Site("p/a.py", 30, "Impl.forward", "changed", "z = 2")]
+    found = _finding(sites)
+    found = replace(found, message="differs at ...x [upstream: a | port: b]")  # quotes code: the short form is shown
+    assert statement(found).endswith("Impl.forward (2 places left, 1 explained)")
+    assert statement(replace(found, sites=tuple(replace(x, verdict="") for x in sites))).endswith("(3 places)")

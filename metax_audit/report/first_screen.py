@@ -152,8 +152,13 @@ def statement(f: Finding, limit: int = 220) -> str:
     message = " ".join(f.message.split())
     if len(title) + len(message) + 2 <= limit and not _EXCERPT.search(message):
         return f"{title}: {message}"
-    places = len({(x.path, x.line) for x in f.sites})
-    where = f" ({places} places)" if places > 1 else ""
+    # A site with a verdict is explained (an installed signature, the vendor platform): the count is of what is
+    # left to judge, as the finding's message counts it, with the explained ones said beside it.
+    left = {(x.path, x.line) for x in f.sites if not x.verdict}
+    explained = {(x.path, x.line) for x in f.sites if x.verdict} - left
+    where = ""
+    if len(left) + len(explained) > 1:
+        where = f" ({len(left)} places" + (f" left, {len(explained)} explained)" if explained else ")")
     return f"{title}: {f.location.symbol or f.location.path}{where}"
 
 
