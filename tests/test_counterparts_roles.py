@@ -140,7 +140,7 @@ def test_required_parameter_dropped_and_passed_by_an_upstream_caller_is_an_error
     _, findings = _review(port, up)
     shape = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
     assert shape.severity.value == "error"
-    assert "upstream caller vllm/v1/engine.py:2 passes 4 positional arguments" in shape.evidence
+    assert "upstream caller vllm/v1/engine.py:2 passes 4 positional arguments, in run" in shape.evidence
     # `.forward(...)` is called on every nn.Module upstream: evidence, but no proof the interface is called
     forward = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuMLAImpl.forward")
     assert forward.severity.value == "warning"
@@ -158,7 +158,7 @@ def test_optional_parameter_dropped_and_passed_positionally_by_an_upstream_calle
     _, findings = _review(port, up)
     shape = next(f for f in findings if f.rule == "MXA207" and f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
     assert shape.severity.value == "error"
-    assert "upstream caller vllm/v1/engine.py:2 passes 5 positional arguments" in shape.evidence
+    assert "upstream caller vllm/v1/engine.py:2 passes 5 positional arguments, in run" in shape.evidence
 
 
 def test_role_through_the_ports_own_base_class_in_another_file(trees: tuple[Path, Path]) -> None:
@@ -225,7 +225,7 @@ def test_parameter_renamed_in_place_is_reported_only_when_upstream_passes_it_by_
     got = next(f for f in findings if f.location.symbol == "NpuAttentionBackend.get_kv_cache_shape")
     assert "renames `cache_dtype_str` to `cache_type`, which upstream callers pass by keyword" in got.message
     # the upstream call names the parameter the override no longer has: TypeError whenever it runs
-    assert got.severity.value == "error" and "upstream caller vllm/v1/engine.py:2 passes cache_dtype_str=" in got.evidence
+    assert got.severity.value == "error" and "upstream caller vllm/v1/engine.py:2 passes cache_dtype_str=, in run" in got.evidence
 
 
 def test_abstract_method_missing_is_an_error_when_the_class_is_instantiated(trees: tuple[Path, Path]) -> None:

@@ -17,7 +17,7 @@ RECORDS: dict[str, tuple[str, ...]] = {
         "ConfigSwitch", "Coverage", "Difference", "Discovery", "FileComparison", "FileRecord", "Finding",
         "FlowEnd", "FlowStep", "InstalledSignature", "Location", "LseFlow", "ParseProblem", "ParseProblemKind",
         "PriorityList", "ProbeEvidence", "ProbeRequest", "ProbeResult", "Registration", "Severity", "Site", "SkippedFile", "SnapshotInfo", "SourceFile",
-        "StageRecord", "TestRun", "UnboundPackage", "Unresolved", "UnresolvedKind", "UpstreamInfo",
+        "StageRecord", "TestRun", "UnboundPackage", "Unresolved", "UnresolvedKind", "UpstreamCaller", "UpstreamInfo",
     ),
     "metax_audit.core.config": ("AuditConfig",),
     "metax_audit.pipeline.incremental": ("RevisionEntry",),

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metax_audit.core.models import Category, Finding, InstalledSignature, Location, ProbeEvidence, Severity, Site
+from metax_audit.core.models import (
+    Category,
+    Finding,
+    InstalledSignature,
+    Location,
+    ProbeEvidence,
+    Severity,
+    Site,
+    UpstreamCaller,
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ def make_finding(
     sites: tuple[Site, ...] | list[Site] = (),
     installed: InstalledSignature | None = None,
     probe: ProbeEvidence | None = None,
+    callers: tuple[UpstreamCaller, ...] = (),
 ) -> Finding:
     """`key` says what the finding is about when the message holds more (see fingerprints.py)."""
     r = RULES[rule_id]
@@ -52,6 +62,7 @@ def make_finding(
         sites=tuple(sites),
         installed=installed,
         probe=probe,
+        callers=tuple(callers),
     )
 
 

@@ -75,6 +75,25 @@ class Site:
 
 
 @dataclass(frozen=True)
+class UpstreamCaller:
+    """Typed evidence of an override finding: an upstream call of the method through the base's interface
+    that passes what the override does not take, and whether it can run on the port (compare/liveness.py)."""
+
+    path: str  # the upstream release's file
+    line: int
+    function: str  # the function it sits in, "Class.method" or "func"; "" at module level
+    passes: str  # what it passes that the override refuses: "cache_dtype_str=" or "5 positional arguments"
+    live: bool | None = None  # None: not judged; False: the port replaces or overrides every way to it
+    why: str = ""  # the liveness evidence: how the port reaches it, or what replaces it
+
+    def __str__(self) -> str:
+        head = f"upstream caller {self.path}:{self.line} passes {self.passes}"
+        if self.live is False:
+            return f"not evidence: {head}, but {self.why}"
+        return f"{head}, {self.why}" if self.why else head
+
+
+@dataclass(frozen=True)
 class InstalledSignature:
     """Typed evidence of a binding finding: the callable the call was checked against and where its
     signature was read. Renderers format it (str() is the evidence line the Markdown shows)."""
@@ -484,6 +503,7 @@ class Finding:
     sites: tuple[Site, ...] = ()
     installed: InstalledSignature | None = None  # a binding finding: the signature the call was checked against
     probe: ProbeEvidence | None = None  # a probe finding: the probe's result
+    callers: tuple[UpstreamCaller, ...] = ()  # an override finding: the upstream calls that prove it
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -24,6 +24,7 @@ from metax_audit.core.models import (
     ProbeResult,
     Registration,
     SkippedFile,
+    UpstreamCaller,
 )
 
 SCHEMA_RESOURCE = "report/schema/report-v1.json"
@@ -206,11 +207,16 @@ def _finding(f: Finding) -> dict[str, Any]:
                    "verdict": x.verdict, "upstream": x.upstream, "change": x.change, "keywords": list(x.keywords)} for x in f.sites],
         "installed": _installed(f.installed) if f.installed is not None else None,
         "probe": _probe_evidence(f.probe) if f.probe is not None else None,
+        "callers": [_caller(c) for c in f.callers],
         "waived": f.waived,
         "waiver_reason": f.waiver_reason,
         "content": f.content,
         "status": f.baseline.value if f.baseline is not None else None,
     }
+
+
+def _caller(c: UpstreamCaller) -> dict[str, Any]:
+    return {"path": c.path, "line": c.line, "function": c.function, "passes": c.passes, "live": c.live, "why": c.why}
 
 
 def _installed(s: InstalledSignature) -> dict[str, Any]:

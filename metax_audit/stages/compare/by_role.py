@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import ast
-import re
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
-from metax_audit.core import fstree
 from metax_audit.core.findings import make_finding, rule
-from metax_audit.core.models import Category, Difference, Finding, Location, Severity
-from metax_audit.core.pysource import ast_walk, dump, parse, unparse
+from metax_audit.core.models import Category, Difference, Finding, Location, Severity, UpstreamCaller
+from metax_audit.core.pysource import ast_walk, dump, unparse
 from metax_audit.stages.compare.roles import RolePair, UpClass, UpstreamClasses, imported_class
+from metax_audit.stages.compare.upstream_calls import calls_of
 
 # Not the file-by-file compare of a copied file: a rewritten backend shares the contract of its
 # upstream base, not its code, so only what callers through the base can observe is compared.
@@ -194,7 +191,7 @@ def compare_roles(
 
 
 def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass], old_mro: list[UpClass],
-               versions: str, callers: Callable[[str, list[str], int, bool], list[str]]) -> Iterator[tuple[tuple[Difference, str] | None, Finding | None]]:
+               versions: str, callers: Callable[[str, list[str], int, bool], list[UpstreamCaller]]) -> Iterator[tuple[tuple[Difference, str] | None, Finding | None]]:
     for name, fn in _methods(cls).items():
         if name in pair.via_methods:
             continue  # the port's intermediate class redefines it: that contract binds the override
@@ -208,20 +205,18 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
         if problem is not None:
             dropped = [n for n in _params(up).names if n not in _params(fn).names]
             seen = callers(name, dropped, len(_params(fn).positional), _params(fn).varargs)
-            # A required parameter every call through the base passes, and an upstream call that does; or an
-            # upstream call through the base that names the dropped parameter by keyword (optional or not), or
-            # passes more positional arguments than the override takes (the dropped one among them):
-            # TypeError whenever that call runs.
-            by_keyword = any(f" passes {d}=" in text for text in seen for d in dropped)
-            by_position = any(text.endswith(" positional arguments") for text in seen)
-            sev = Severity.ERROR if seen and (by_keyword or by_position or set(dropped) & _params(up).required) \
-                and name not in _GENERIC else None
+            # An upstream call through the base that names the dropped parameter by keyword (optional or not),
+            # or passes more positional arguments than the override takes (the dropped one among them):
+            # TypeError whenever that call runs. Whether it can run on the port is judged after the compare
+            # (compare/liveness.py): an error only while one of them is live.
+            sev = Severity.ERROR if seen and name not in _GENERIC else None
             yield None, make_finding(
                 R_OVERRIDE, Location(port_path, fn.lineno, qual),
                 f"{qual} overrides {owner.node.name}.{name} but {problem}",
                 (f"port {port_path}:{fn.lineno} {_sig(fn)}", where,
-                 f"{cls.name} takes the role of upstream {pair.upstream_class} ({pair.relation})", *seen),
-                severity=sev)
+                 f"{cls.name} takes the role of upstream {pair.upstream_class} ({pair.relation})",
+                 *map(str, seen[:SHOWN_CALLERS])),
+                severity=sev, callers=tuple(seen))
         old = _lookup(old_mro, name) if old_mro else None
         if old is not None and dump(old[1].args) != dump(up.args) and problem is not None \
                 and incompatibility(old[1], fn) is None:
@@ -233,96 +228,37 @@ def _overrides(port_path: str, cls: ast.ClassDef, pair: RolePair, mro: list[UpCl
                 upstream_line=up.lineno), owner.path), None
 
 
-def _passes_keyword(callers: Callable[[str, list[str], int, bool], list[str]], method: str, param: str) -> bool:
+def _passes_keyword(callers: Callable[[str, list[str], int, bool], list[UpstreamCaller]], method: str, param: str) -> bool:
     """Whether an upstream call of `method` passes `param` by keyword (positional counts ignored)."""
     return bool(callers(method, [param], 1 << 30, True))
 
 
-@dataclass(frozen=True)
-class _AttrCall:
-    """One `x.attr(...)` call in an upstream file: what the override check asks of it."""
-    lineno: int
-    keywords: tuple[str | None, ...]
-    positional: int
-    starred: bool
-
-
-class _UpstreamCalls:
-    """The `.attr(...)` calls of an upstream package, read once per process: each file is read once for the
-    names it spells as `.name(`, and parsed and walked once, the first time one of those is asked for (a port
-    with many role pairs had the same files parsed and walked again for every method: 20 s of ast.walk on a
-    2,000-file release). Only the name sets stay in memory; a file is read again when it is parsed."""
-
-    def __init__(self, upstream: UpstreamClasses) -> None:
-        self._upstream = upstream
-        self._files: list[tuple[str, Path, frozenset[str]]] | None = None
-        self._calls: dict[str, dict[str, list[_AttrCall]] | None] = {}
-
-    def files(self) -> list[tuple[str, Path, frozenset[str]]]:
-        """(path in the release, file, the names it spells `.name(`), in the release's file order."""
-        if self._files is None:
-            files: list[tuple[str, Path, frozenset[str]]] = []
-            pkg = self._upstream.root / self._upstream.package.replace(".", "/")
-            for path in fstree.files(pkg, ".py"):
-                try:
-                    text = path.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    continue
-                files.append((path.relative_to(self._upstream.root).as_posix(), path,
-                              frozenset(_SPELLED_CALL.findall(text))))
-            self._files = files
-        return self._files
-
-    def calls(self, rel: str, path: Path) -> dict[str, list[_AttrCall]] | None:
-        """The file's attribute calls by attribute name, in ast.walk order; None when it does not parse."""
-        if rel not in self._calls:
-            try:
-                tree = parse(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
-                self._calls[rel] = None
-                return None
-            index: dict[str, list[_AttrCall]] = {}
-            for node in ast_walk(tree):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                    index.setdefault(node.func.attr, []).append(_AttrCall(
-                        node.lineno, tuple(k.arg for k in node.keywords), len(node.args),
-                        any(isinstance(a, ast.Starred) for a in node.args)))
-            self._calls[rel] = index
-        return self._calls[rel]
-
-
-_SPELLED_CALL = re.compile(r"\.(\w+)\(")  # `.name(` as the text spells it: the files worth parsing for name
-# One index per compare run's upstream (its UpstreamClasses), as that object caches the release's parsed files.
-_CALL_INDEXES: weakref.WeakKeyDictionary[UpstreamClasses, _UpstreamCalls] = weakref.WeakKeyDictionary()
-
-
-def upstream_callers(upstream: UpstreamClasses, limit: int = 3) -> Callable[[str, list[str], int, bool], list[str]]:
+def upstream_callers(upstream: UpstreamClasses, limit: int = 24) -> Callable[[str, list[str], int, bool], list[UpstreamCaller]]:
     """Upstream call sites `.method(...)` that pass a dropped parameter by keyword, or more positional
-    arguments than the override takes (evidence that a caller through the base passes it). Files are
-    read once per compare run and parsed and walked once, only when they spell `.method(`."""
-    index = _CALL_INDEXES.get(upstream)
-    if index is None:
-        index = _CALL_INDEXES[upstream] = _UpstreamCalls(upstream)
+    arguments than the override takes (evidence that a caller through the base passes it), keyword
+    callers first. Files are read once per compare run and parsed once, only when they spell `method(`."""
+    index = calls_of(upstream)
 
-    def find(method: str, names: list[str], positional: int, varargs: bool) -> list[str]:
+    def find(method: str, names: list[str], positional: int, varargs: bool) -> list[UpstreamCaller]:
         if not names:
             return []
-        out: list[tuple[int, str]] = []
-        for rel, path, spelled in index.files():
-            if method not in spelled:
-                continue
-            calls = index.calls(rel, path)
-            for call in (calls or {}).get(method, ()):
-                passed = [k for k in call.keywords if k in names]
-                many = not varargs and not call.starred and call.positional > positional
-                if passed:
-                    out.append((0, f"upstream caller {rel}:{call.lineno} passes {passed[0]}="))
-                elif many:
-                    out.append((1, f"upstream caller {rel}:{call.lineno} passes {call.positional} positional arguments"))
+        out: list[tuple[int, UpstreamCaller]] = []
+        for rel, call in index.sites(method):
+            if call.bare:
+                continue  # a call through the base's interface is an attribute call
+            passed = [k for k in call.keywords if k in names]
+            many = not varargs and not call.starred and call.positional > positional
+            if passed:
+                out.append((0, UpstreamCaller(rel, call.line, call.function, f"{passed[0]}=")))
+            elif many:
+                out.append((1, UpstreamCaller(rel, call.line, call.function, f"{call.positional} positional arguments")))
         # keyword callers name the parameter itself: they come first
-        return [text for _, text in sorted(out, key=lambda item: item[0])[:limit]]
+        return [caller for _, caller in sorted(out, key=lambda item: item[0])[:limit]]
 
     return find
+
+
+SHOWN_CALLERS = 3  # callers an override finding shows as evidence; the rest are kept on the finding
 
 
 def _abstract(port_path: str, tree: ast.Module, cls: ast.ClassDef, pair: RolePair, mro: list[UpClass],

@@ -116,7 +116,8 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
 
         kept = KeptStore(lambda parts: memo.load(Kind.COMPARE_PARTS, common, parts),
                          lambda parts, value: memo.store(Kind.COMPARE_PARTS, value, common, parts)) if enabled else None
-        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept)
+        comparison, found = compare(replace(discovery, files=missing), config, upstream, base, scope=scope, refs=refs, kept=kept,
+                                    judge=False)
         paths = {f.path for f in missing}
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
                 or any(x.location.path not in paths for x in found):
@@ -143,6 +144,10 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         files += part[0]
         drift += part[1]
         findings += part[2]
-    unique = list({x.site: x for x in findings}.values())
+    # Judged here, on every run, not kept per file: whether an upstream caller is live reads the whole port.
+    from metax_audit.stages.compare.liveness import judge_callers
+
+    unique = judge_callers(list({x.site: x for x in findings}.values()), discovery.root, config.port_package,
+                           upstream.root, config.upstream_package, refs)
     work = CompareWork(len(missing), kept.functions_reused, kept.functions_compared) if kept is not None else CompareWork(len(missing))
     return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, work

@@ -88,6 +88,10 @@ class _PortRefs:
             self._index = dict(index)
         return self._texts
 
+    def texts(self) -> dict[str, str]:
+        """Each port file's text by its path (relative to the root)."""
+        return self._load()
+
     def files_naming(self, name: str) -> frozenset[str]:
         """The port files whose text names `name` (anywhere: code, strings, comments)."""
         self._load()

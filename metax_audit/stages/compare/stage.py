@@ -35,6 +35,7 @@ from metax_audit.stages.compare.counterparts import (
     registered_members,
 )
 from metax_audit.stages.compare.grouping import _comparison_findings
+from metax_audit.stages.compare.liveness import judge_callers
 from metax_audit.stages.compare.load import _index, _load, _port_names, _rename_in_place, _same_text
 from metax_audit.stages.compare.memo import MemberUnits, Recorder, logged_names, logged_platform
 from metax_audit.stages.compare.roles import UpstreamClasses
@@ -76,17 +77,22 @@ def compare(
     scope: frozenset[str] | None = None,
     refs: _PortRefs | None = None,
     kept: KeptStore | None = None,
+    judge: bool = True,
 ) -> tuple[Comparison, list[Finding]]:
     """Compare each in-scope port file with its upstream counterpart; with `base`, three-way.
     `scope` (dotted modules under review) defaults to discovery's files; the per-file result cache
     compares a subset of the files against the whole review's scope (and hands over the index of the
-    port's references it built for the files' keys, `refs`, and where parts of a file's comparison are kept, `kept`)."""
+    port's references it built for the files' keys, `refs`, and where parts of a file's comparison are kept, `kept`).
+    `judge`: judge the override findings' upstream callers on the whole port (compare/liveness.py); the
+    per-file cache keeps them unjudged and judges the review's findings together."""
     run = _setup(discovery, config, upstream, base, scope, refs)
     run.kept = kept
     for src in discovery.files:
         if src.path.endswith(".py"):
             _compare_file(run, src)
-    return Comparison(upstream=upstream, base=base, files=tuple(run.files), drift=tuple(run.drift_all)), run.findings
+    findings = judge_callers(run.findings, discovery.root, config.port_package, run.up_root, config.upstream_package,
+                             run.env.refs) if judge else run.findings
+    return Comparison(upstream=upstream, base=base, files=tuple(run.files), drift=tuple(run.drift_all)), findings
 
 
 def _setup(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None,
