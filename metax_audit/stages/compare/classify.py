@@ -109,6 +109,9 @@ def _hunk_note(ctx: _Ctx, qual: str, kind: str, u: list[_Tok], p: list[_Tok], sp
     dead = ctx.never_called(qual) if qual != "<module>" else ""
     if dead:
         return f"a path the vendor never runs: {dead}"
+    own = ctx.built_only_by_port(qual.split(".")[0], qual) if "." in qual and kind != "upstream-not-followed" else ""
+    if own:
+        return own
     # A hunk the port dropped sits between two port statements: a dead branch holding both holds it.
     gate = _port_gate(ctx, qual, span if p else (span[0] - 1, span[1]))
     if gate:

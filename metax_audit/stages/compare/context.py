@@ -45,6 +45,45 @@ class _Ctx:
             self.units.recorder.note(("never-called", qual), found)
         return found
 
+    def built_only_by_port(self, cls: str, qual: str) -> str:
+        """Evidence that a difference in `qual` is the port's own design, or "": its class (`cls`, upstream's
+        name) is one only the port builds (every reference to the port's class outside its file's imports is a
+        call constructing it: none registers, returns, assigns or passes it where upstream could build it),
+        and upstream did not change `qual` since the base release (so it is not a sync the port missed)."""
+        found = self._built_only_by_port(cls, qual)
+        if self.units is not None:
+            self.units.recorder.note(("port-only-class", cls, qual), found)
+        return found
+
+    def _built_only_by_port(self, cls: str, qual: str) -> str:
+        if self.env is None or self.env.base_state == "none":
+            return ""  # without the base release a missed sync cannot be told apart
+        if self.base is not None:
+            old, new = self.base.funcs.get(qual), self.up.funcs.get(qual)
+            if old is None or new is None or ast.dump(old) != ast.dump(new):
+                return ""
+        name = next((p for p, u in self.rename.items() if u == cls), cls)
+        node = self.port.classes.get(cls)
+        if node is None:
+            return ""
+        uses = self.env.refs.uses(name, self.port.path, node.lineno, node.lineno)
+        if not uses:
+            return ""
+        texts = self.env.refs.texts()
+        built: list[str] = []
+        for rel, line in uses:
+            text = texts.get(rel, "").splitlines()[line - 1] if line > 0 else ""
+            stripped = text.strip()
+            if stripped.startswith(("from ", "import ")) or stripped.startswith("#"):
+                continue
+            if not re.search(rf"(?<![\w.]){re.escape(name)}\(", text) or re.search(rf"\b(?:return|yield)\b.*\b{re.escape(name)}\b", text):
+                return ""  # named without being built: upstream may be handed the class
+            built.append(f"{rel}:{line}")
+        if not built:
+            return ""
+        return (f"a class only the port builds ({name}, constructed at {', '.join(built[:3])}; nothing registers or "
+                "returns it), and upstream did not change this since the base release: the port's own design")
+
     def port_defines(self, name: str) -> bool:
         """The port file defines a function, attribute or class of this (qualified) name."""
         found = name in self.port.funcs or name in self.port.attrs or name in self.port.classes

@@ -61,7 +61,7 @@ def compare_dependencies(root: Path, config: AuditConfig, paths: Sequence[str],
     return out
 
 
-# (the functions a file defines, sorted; the port modules it imports names from, as paths without suffix)
+# (the functions and top-level classes a file defines, sorted; the port modules it imports names from, as paths without suffix)
 FileFacts = tuple[list[str], list[str]]
 
 
@@ -69,7 +69,9 @@ def file_facts(tree: ast.Module | None, package: str) -> FileFacts:
     """What compare_dependencies reads of a file's tree (a pure function of its bytes)."""
     if tree is None:
         return [], []
-    return defined_functions(tree), sorted({m for m, _ in imported_port_modules(tree, package)})
+    # its classes too: a difference in a class only the port builds is judged from who names the class
+    classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
+    return sorted({*defined_functions(tree), *classes}), sorted({m for m, _ in imported_port_modules(tree, package)})
 
 
 def defined_functions(tree: ast.Module | None) -> list[str]:

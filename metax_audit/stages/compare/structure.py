@@ -311,6 +311,8 @@ def _member(ctx: _Ctx, d: Difference) -> Difference:
     if not note and d.kind not in {"removed", "signature-changed"} and d.symbol in ctx.port.funcs:
         gate = ctx.never_called(d.symbol)
         note = f"a path the vendor never runs: {gate}" if gate else ""
+    if not note and "." in d.symbol and d.kind != "upstream-not-followed":
+        note = ctx.built_only_by_port(d.symbol.split(".")[0], d.symbol)
     attribution = d.attribution or (ctx.env.attribution(d.kind == "upstream-not-followed") if ctx.env is not None else "")
     return replace(d, note=note or d.note, attribution=attribution)
 
@@ -465,6 +467,8 @@ def _read_now(ctx: _Ctx, key: tuple[Any, ...]) -> Any:
         return ctx.comment_texts(key[1] + start, key[2] + start)
     if kind == "never-called":
         return ctx.never_called(key[1])
+    if kind == "port-only-class":
+        return ctx.built_only_by_port(key[1], key[2])
     if kind == "callers-bind":
         return _callers_bind_of(ctx, key[1])
     if kind == "port-member":
