@@ -259,9 +259,9 @@ def test_inactive_path_only_for_unconditional_switches(condition, expected):
     ],
 )
 def test_feature_words_match_whole_words(text, target, expected):
-    from metax_audit.stages.checks.inactive_path import _feature_words, _mentions
+    from metax_audit.stages.checks.inactive_path import _mentions, feature_words
 
-    assert _mentions(text, _feature_words(ConfigSwitch(target, "True", "", Location("p.py", 1)))) is expected
+    assert _mentions(text, feature_words(ConfigSwitch(target, "True", "", Location("p.py", 1)))) is expected
 
 
 def test_removed_items_are_not_retained_adaptations():
@@ -287,9 +287,9 @@ def test_removed_items_are_not_retained_adaptations():
     ],
 )
 def test_calls_behind_the_feature(branch, expected):
-    from metax_audit.stages.checks.inactive_path import _behind
+    from metax_audit.stages.checks.inactive_path import behind
 
-    assert _behind(branch, ("cascade",)) is expected
+    assert behind(branch, ("cascade",)) is expected
 
 
 def test_contract_probe_is_named_for_an_unvalidated_difference_on_a_kernel_call() -> None:

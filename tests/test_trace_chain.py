@@ -219,11 +219,25 @@ def test_branch_conditions_outermost_first(tmp_path):
     assert one_call(result, "decode_wrapper.run").branch == "not attn_metadata.use_cascade / attn_metadata.num_decodes > 0"
     prefill = one_call(result, "attn_metadata.prefill_wrapper.run")
     assert prefill.branch == "not attn_metadata.use_cascade / not (attn_metadata.num_decodes > 0) / attn_metadata.prefill_wrapper is not None"
-    # a ternary guards its arm; a call after the if/else has no condition
+    # a ternary guards its arm; a call after the if/else runs only when the branch that raises was not taken
     item = one_call(result, "output.view(-1).sum().item")
     assert item.branch == "not attn_metadata.use_cascade / self.scale"
     assert (item.origin, item.resolved) == ("builtin", "torch.Tensor.item")
-    assert one_call(result, "merge_attn_states").branch == ""
+    assert one_call(result, "merge_attn_states").branch == "not attn_metadata.use_cascade"
+
+
+def test_an_early_exit_guards_what_follows_it(tmp_path):
+    """`if not use_cascade: ... return` (vllm-metax's FlashAttentionImpl.forward): the calls after it run only with
+    cascade on; a branch that does not always leave the function (a nested if without else) guards nothing after it."""
+    early = FLASHINFER.replace(
+        "        if attn_metadata.use_cascade:\n            raise NotImplementedError(\"cascade\")\n        else:\n",
+        "        if not attn_metadata.use_cascade:\n            if self.scale:\n                return output\n"
+        "            else:\n                raise ValueError(\"x\")\n        if self.scale > 1:\n            if query is None:\n"
+        "                return output\n        if True:\n")
+    assert early != FLASHINFER
+    result = _trace(tmp_path, {FI: early})
+    assert one_call(result, "merge_attn_states").branch == "attn_metadata.use_cascade"
+    assert one_call(result, "decode_wrapper.run").branch == "attn_metadata.use_cascade / True / attn_metadata.num_decodes > 0"
 
 
 def test_commented_out_argument_is_recorded_and_attributed_to_its_call(tmp_path):

@@ -22,6 +22,7 @@ from metax_audit.core.models import (
     AuditReport,
     CallSite,
     Comparison,
+    ConfigSwitch,
     Discovery,
     Finding,
     ProbeResult,
@@ -336,7 +337,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     flows = _dataflow_stage(st, contracts, dataflow)
     probe_results = _probe_stage(st, trace, flows)
     test_run = _test_stage(st)
-    _triage(st, trace, comparison, upstream, facts, memo)
+    _triage(st, trace, comparison, upstream, facts, memo, discovery.switches)
     memo.save()
     from metax_audit.core.contracts import probe_suggester
     from metax_audit.stages.inventory import build_report, environment_summary
@@ -404,7 +405,7 @@ def _start_dataflow(st: _Stages, discovery: Discovery, background: _Background, 
 
 
 def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upstream: UpstreamInfo | None,
-            facts: StackFacts | None, memo: FileMemo | None = None) -> None:
+            facts: StackFacts | None, memo: FileMemo | None = None, switches: Sequence[ConfigSwitch] = ()) -> None:
     """One finding per root cause, and the differences the installed stack explains, before the inventory."""
     from metax_audit.stages.triage import Counterparts, triage
 
@@ -425,7 +426,8 @@ def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upst
                              {config.upstream_package.split(".")[0]: upstream.root, config.port_package.split(".")[0]: root})
     st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts, trace.backends, platform=platform,
                              roots=(st.snap.root, upstream.root) if upstream is not None and upstream.root is not None else None,
-                             carried=_carried(st, upstream, comparison.base if comparison is not None else None))
+                             carried=_carried(st, upstream, comparison.base if comparison is not None else None),
+                             switches=switches)
 
 
 def _carried(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> Carried | None:

@@ -167,7 +167,8 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA207": ((E, "the override drops a parameter the upstream base requires and an upstream call site passes it, or one an "
                    "upstream call names by keyword: TypeError whenever that call runs",
                 "`MacaImpl.forward(self, layer, q, k, v, kv_cache, attn_metadata)` without the `output` upstream's caller passes"),
-               (W, "the override drops or adds a parameter the base method's interface has, with no upstream call site proving a break",
+               (W, "the override drops or adds a parameter the base method's interface has, with no upstream call site proving a break, "
+                   "or only callers the port replaces (assigns over) or overrides in every class derived from theirs",
                 "`build(self, common_prefix_len, common_attn_metadata)` drops upstream's optional `fast_build`")),
     "MXA208": ((E, "the port class lacks an abstract method of its upstream base and the port constructs it or returns it from "
                    "get_impl_cls/get_builder_cls: TypeError when vLLM instantiates it",
@@ -252,7 +253,11 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA511": ((E, "an LSE reaches its consumer in the other layout",
                 "[tokens, heads] LSE passed where the merge reads [heads, tokens]"),),
     "MXA512": ((E, "a result is unpacked as if it held the LSE, but the call does not ask for it",
-                "`out, lse = flash_attn_varlen_func(...)` without `return_softmax_lse=True`"),),
+                "`out, lse = flash_attn_varlen_func(...)` without `return_softmax_lse=True`"),
+               (I, "the same, at a call that runs only with a feature the platform turns off on every run (its branch, or "
+                   "every port caller of its function, requires the feature; the switch and the branch are the gate)",
+                "`cascade_attention` called only after `if not attn_metadata.use_cascade: ... return`, with "
+                "`disable_cascade_attn = True` in check_and_update_config")),
     "MXA513": ((W, "a KV scale is passed as a Python float where the kernel's contract wants a tensor (or the reverse)",
                 "`k_scale=layer._k_scale_float` to a kernel that reads a device tensor"),),
     "MXA514": ((E, "the K and V scales are swapped at a kernel call",

@@ -11,8 +11,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from metax_audit.core.findings import make_finding, rule
-from metax_audit.core.models import BackendChain, CallSite, Category, Finding, Location, Severity, Site, StackFacts
+from metax_audit.core.models import (
+    BackendChain,
+    CallSite,
+    Category,
+    ConfigSwitch,
+    Finding,
+    Location,
+    Severity,
+    Site,
+    StackFacts,
+)
 from metax_audit.core.pysource import cached_text, read_source_cached, walk_nodes
+from metax_audit.stages.switched_off import demote_switched_off
 
 if TYPE_CHECKING:
     from metax_audit.stages.checks.memo import FileMemo
@@ -28,7 +39,7 @@ _PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
 def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None,
            counterparts: Counterparts | None = None, backends: Sequence[BackendChain] = (), *,
            platform: Evaluator | None = None, roots: tuple[Path, Path] | None = None,
-           carried: Carried | None = None) -> list[Finding]:
+           carried: Carried | None = None, switches: Sequence[ConfigSwitch] = ()) -> list[Finding]:
     """Demote the differences the installed stack explains, those the vendor platform makes the same (`platform`
     evaluates conditions over its facts; `roots`: the port snapshot and the upstream release) and those only a
     backend the platform never selects runs, merge findings of one call or flow or root cause, and say which
@@ -39,6 +50,7 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
     if carried is not None:
         out = [_carried_demotion(f, carried) for f in out]
     out = demote_unselected(out, backends)
+    out = demote_switched_off(out, calls, switches)
     out = group_keyword_drops(group_left_behind(merge_into_errors(group_per_call(out))))
     return label_inherited(group_same_message(out), counterparts)
 

@@ -56,7 +56,7 @@ def _token_tuple(text: str) -> tuple[str, ...]:
     return tuple(w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w)
 
 
-def _feature_words(switch: ConfigSwitch) -> tuple[str, ...]:
+def feature_words(switch: ConfigSwitch) -> tuple[str, ...]:
     words = _tokens(switch.target.rsplit(".", 1)[-1])
     while words and words[0] in _LEAD_WORDS:
         words.pop(0)
@@ -65,7 +65,7 @@ def _feature_words(switch: ConfigSwitch) -> tuple[str, ...]:
     return tuple(words)
 
 
-def _turns_off(switch: ConfigSwitch) -> bool:
+def turns_off(switch: ConfigSwitch) -> bool:
     """A switch turns its feature off when a disable_* flag is true or any other flag is false/none."""
     name = switch.target.rsplit(".", 1)[-1].lower()
     value = switch.value.strip().strip("'\"").rsplit(".", 1)[-1].lower()
@@ -74,7 +74,7 @@ def _turns_off(switch: ConfigSwitch) -> bool:
     return value in _OFF_VALUES
 
 
-def _unconditional(switch: ConfigSwitch) -> bool:
+def unconditional(switch: ConfigSwitch) -> bool:
     """Set on every run of the platform, not only for some models (which would be a partial path)."""
     parts = [p.strip() for part in switch.condition.split(" / ") for p in part.split(" and ")]
     return all(not p or _NONE_GUARD.match(p) for p in parts)
@@ -87,7 +87,7 @@ def _mentions(text: str, words: tuple[str, ...]) -> bool:
     return any(tuple(toks[i : i + n]) == words for i in range(len(toks) - n + 1))
 
 
-def _behind(branch: str, words: tuple[str, ...]) -> bool:
+def behind(branch: str, words: tuple[str, ...]) -> bool:
     """Only runs when the feature is on: some condition requires it, un-negated and not or-ed away.
 
     `not attn_metadata.use_cascade` is the path that does run with cascade off, so it is no hit;
@@ -113,8 +113,8 @@ def check_inactive_paths(discovery: Discovery, comparison: Comparison | None, tr
         paths |= set(trace.reached_files)
     diffs: dict[str, tuple[Difference, ...]] = {f.path: f.differences for f in comparison.files} if comparison else {}
     for switch in sorted(discovery.switches, key=lambda s: (s.location, s.target)):
-        words = _feature_words(switch)
-        if not words or not _turns_off(switch) or not _unconditional(switch):
+        words = feature_words(switch)
+        if not words or not turns_off(switch) or not unconditional(switch):
             continue
         for path in sorted(paths):
             if path == switch.location.path:
@@ -125,7 +125,7 @@ def check_inactive_paths(discovery: Discovery, comparison: Comparison | None, tr
                 if d.line and d.kind not in ("feature-disabled", "removed") and _mentions(" ".join((d.symbol, d.detail, d.reason)), words):
                     hits.append((d.line, f"{path}:{d.line}: {'declared' if d.declared else 'undeclared'} {d.kind} difference in {d.symbol or 'module'}"))
             for c in calls.get(path, ()):
-                if _behind(c.branch, words):
+                if behind(c.branch, words):
                     hits.append((c.location.line, f"{path}:{c.location.line}: call {c.callee_text} under branch `{c.branch}`"))
             if not hits:
                 continue

@@ -23,8 +23,9 @@ R_OVERRIDE = rule(
     "the base method takes (a call passing it raises TypeError) or adds a required one (calls through the "
     "base do not pass it). An error when the dropped parameter is required by the base and an upstream call "
     "site passes it, or when an upstream call names the dropped parameter by keyword (TypeError whenever that call "
-    "runs). When the port's own code is the only caller, waive "
-    "it with that reason.",
+    "runs) and that call can run on the port: a caller in upstream code the port assigns over, overrides in every "
+    "class derived from its class, or reaches only through such code is listed as no evidence, and with no live "
+    "caller left the finding is a warning. When the port's own code is the only caller, waive it with that reason.",
 ).id
 R_ABSTRACT = rule(
     "MXA208", Category.SIGNATURE, Severity.WARNING,
