@@ -15,7 +15,7 @@ from metax_audit.core.models import Finding, Severity, UpstreamCaller
 from metax_audit.core.pysource import ast_walk, find_module, module_name, parse, resolve_relative
 from metax_audit.stages.compare.roles import UpstreamClasses, imported_class
 from metax_audit.stages.compare.side import _PortRefs
-from metax_audit.stages.compare.upstream_calls import CallSite, UpstreamCalls, calls_of
+from metax_audit.stages.compare.upstream_calls import UpstreamCalls, calls_of
 
 _MAX_DEPTH = 4  # callers of callers followed; beyond, a caller counts as live (what is not followed may run)
 _MAX_CALLERS = 40  # a name called in more places is taken as live: too common to prove it dead
@@ -27,9 +27,16 @@ class _PortClass:
     path: str
     line: int
     name: str
-    methods: dict[str, int]  # name -> line
-    super_calls: frozenset[str]  # methods whose override calls super().<same name>: upstream's body still runs
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
     bases: tuple[tuple[str, str], ...]  # (module, class) each base names through the file's imports
+
+    def calls_super(self, method: str) -> bool:
+        """The override calls super().<same name>: upstream's body still runs."""
+        node = self.methods.get(method)
+        return node is not None and any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == method
+            and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name)
+            and n.func.value.func.id == "super" for n in ast_walk(node))
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,12 @@ class PortView:
         name = dotted.rsplit(".", 1)[-1]
         if name not in self._patches:
             found: dict[str, tuple[str, int]] = {}
+            # worth parsing only with one of these
+            assigns = re.compile(rf"\.{re.escape(name)}\s*=(?!=)|setattr\([^)]*[\"']{re.escape(name)}[\"']")
+            texts = self._refs.texts()
             for rel in self._files(name):
+                if not assigns.search(texts.get(rel, "")):
+                    continue
                 tree = self._tree(rel)
                 if tree is not None:
                     for target, line in _assigned_attributes(tree, module_name(rel), rel.endswith("__init__.py"), name):
@@ -76,7 +88,11 @@ class PortView:
         """Port classes with a base spelled `name` (directly, any import)."""
         if name not in self._classes:
             out: list[_PortClass] = []
+            derives = re.compile(rf"\bclass\s+\w+\s*\([^)]*\b{re.escape(name)}\b")
+            texts = self._refs.texts()
             for rel in self._files(name):
+                if not derives.search(texts.get(rel, "")):
+                    continue
                 tree = self._tree(rel)
                 if tree is None:
                     continue
@@ -120,19 +136,11 @@ def _spelled(node: ast.expr) -> str:
 
 
 def _port_class(rel: str, node: ast.ClassDef, tree: ast.Module, module: str, is_pkg: bool) -> _PortClass:
-    methods: dict[str, int] = {}
-    supers: set[str] = set()
-    for stmt in node.body:
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-            methods[stmt.name] = stmt.lineno
-            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == stmt.name
-                   and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name)
-                   and n.func.value.func.id == "super" for n in ast_walk(stmt)):
-                supers.add(stmt.name)
+    methods = {stmt.name: stmt for stmt in node.body if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)}
     bases = tuple(t for b in node.bases if (t := imported_class(tree, module, is_pkg, b)) is not None)
     local = tuple((module, _spelled(b)) for b in node.bases
                   if isinstance(b, ast.Name) and any(isinstance(s, ast.ClassDef) and s.name == b.id for s in tree.body))
-    return _PortClass(rel, node.lineno, node.name, methods, frozenset(supers), bases + local)
+    return _PortClass(rel, node.lineno, node.name, methods, bases + local)
 
 
 def _assigned_attributes(tree: ast.Module, module: str, is_pkg: bool, name: str) -> Iterable[tuple[str, int]]:
@@ -259,8 +267,9 @@ class CallerLiveness:
                           f"in {qual}, which the port calls at {by_port[0]}:{by_port[1]}")
         if depth >= _MAX_DEPTH:
             return _Reach(True, f"in {qual} (its callers are not followed further)")
-        callers = [(r, s) for r, s in self._calls.sites(called) if _may_call(s, in_class, called)
-                   and not (r == rel and s.scope[:len(scope)] == scope)]
+        method = in_class and called[:1].islower()  # a method is called through an attribute only
+        callers = [(r, s) for r, s in self._calls.sites(called, bare=not method)
+                   if not (r == rel and s.scope[:len(scope)] == scope)]
         if not callers or len(callers) > _MAX_CALLERS:
             return _Reach(True, f"in {qual}" if depth == 0 else "")
         reasons: list[str] = []
@@ -340,20 +349,13 @@ class CallerLiveness:
     def _defines(self, c: _PortClass, method: str, up_path: str, cls: str, hops: int) -> str:
         """"path:line" of the port definition of `method` that `c` runs instead of upstream `cls`'s, or ""."""
         if method in c.methods:
-            return "" if method in c.super_calls else f"{c.name}.{method} at {c.path}:{c.methods[method]}"
+            return "" if c.calls_super(method) else f"{c.name}.{method} at {c.path}:{c.methods[method].lineno}"
         if hops > 6:
             return ""
         for base in self._port_bases(c):
             if self._derives(base, up_path, cls, 0) or self._names_upstream(base, up_path, cls):
                 return self._defines(base, method, up_path, cls, hops + 1)
         return ""
-
-
-def _may_call(site: CallSite, in_class: bool, name: str) -> bool:
-    """Whether the call site can call the function named `name`: a method only through an attribute; a
-    module function or a class (its constructor) by name or through a module attribute, in any file (more
-    callers than there are only keeps a function live)."""
-    return not (in_class and site.bare and name[:1].islower())
 
 
 def judge_callers(findings: list[Finding], root: Path, package: str, upstream_root: Path | None,
