@@ -105,7 +105,9 @@ class PortView:
 
     def port_class(self, path: str, name: str) -> _PortClass | None:
         tree = self._tree(path)
-        for stmt in tree.body if tree is not None else ():
+        if tree is None:
+            return None
+        for stmt in tree.body:
             if isinstance(stmt, ast.ClassDef) and stmt.name == name:
                 return _port_class(path, stmt, tree, module_name(path), path.endswith("__init__.py"))
         return None
@@ -267,8 +269,8 @@ class CallerLiveness:
                           f"in {qual}, which the port calls at {by_port[0]}:{by_port[1]}")
         if depth >= _MAX_DEPTH:
             return _Reach(True, f"in {qual} (its callers are not followed further)")
-        method = in_class and called[:1].islower()  # a method is called through an attribute only
-        callers = [(r, s) for r, s in self._calls.sites(called, bare=not method)
+        by_attribute = in_class and called[:1].islower()  # a method is called through an attribute only
+        callers = [(r, s) for r, s in self._calls.sites(called, bare=not by_attribute)
                    if not (r == rel and s.scope[:len(scope)] == scope)]
         if not callers or len(callers) > _MAX_CALLERS:
             return _Reach(True, f"in {qual}" if depth == 0 else "")
