@@ -237,6 +237,24 @@ def test_an_advertised_dtype_whose_only_path_raises_on_the_vendor_is_an_error(tm
     if expected:
         assert found[0].severity is Severity.ERROR and found[0].message.startswith("NotImplementedError when MINE runs with a 'fp8' KV cache")
         assert {x.kind for x in found[0].sites} == {"advertised", "call", "raise"}
+        assert "with that CustomOp enabled (compilation_config.custom_ops)" in found[0].message
+
+
+def test_an_op_built_with_enforce_enable_is_raised_into_whatever_custom_ops_says(tmp_path: Path) -> None:
+    layer = OOT_LAYER.replace("self._quant_op = _QuantOp()", "self._quant_op = _QuantOp(enforce_enable=True)")
+    backend = OOT_BACKEND.replace("{dtypes}", '"fp8"').replace("{impl_body}", "    pass")
+    write_tree(tmp_path, {"port/layer.py": layer, "port/attn.py": backend})
+    lines = backend.splitlines()
+    at = {n: next(i for i, ln in enumerate(lines, 1) if ln.startswith(f"class {n}")) for n in ("MyBackend", "MyImpl")}
+    chain = BackendChain("MINE", "port.attn.MyBackend", None, True, (
+        ChainHop("backend", "port.attn.MyBackend", "port/attn.py", at["MyBackend"]),
+        ChainHop("impl", "port.attn.MyImpl", "port/attn.py", at["MyImpl"]),
+    ), (), ())
+    disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"), SourceFile("port/layer.py", "port.layer", "glob")),
+                     (), (), (), {})
+    [found] = [f for f in check_capabilities(disc, TraceResult((chain,), ())) if f.rule == "MXA184"]
+    assert "(it is built with enforce_enable=True, so always enabled)" in found.message
+    assert "custom_ops" not in found.message
 
 
 def test_a_class_level_list_appended_to_on_every_config_check_is_a_warning(tmp_path: Path) -> None:

@@ -463,11 +463,14 @@ def check_oot_raises(discovery: Discovery, trace: TraceResult) -> Iterator[Findi
                     seen.add(key)
                     op_path, op_line = raising[ops[attr]]
                     adv = quantized[0]
+                    # Built with enforce_enable=True the op is enabled whatever custom_ops says: the condition is gone.
+                    enabled = ("(it is built with enforce_enable=True, so always enabled)" if attr in _enforced(holder)
+                               else "with that CustomOp enabled (compilation_config.custom_ops)")
                     yield make_finding(
                         "MXA184", Location(path, call.lineno, f"oot-raises:{chain.name}:{ops[attr]}"),
                         f"NotImplementedError when {chain.name} runs with a {adv.value!r} KV cache: {holder.name}.{fn.name} calls "
-                        f"self.{attr} ({ops[attr]}) under `{ast.unparse(gate)}`, and on an out-of-tree platform, with that CustomOp "
-                        f"enabled (compilation_config.custom_ops), its forward_oot only raises", [
+                        f"self.{attr} ({ops[attr]}) under `{ast.unparse(gate)}`, and on an out-of-tree platform, {enabled}, "
+                        "its forward_oot only raises", [
                             f"advertised: {backend[0]}:{adv.line}: {adv.text}",
                             f"path: {path}:{call.lineno}: {source_line(root, path, call.lineno)}  (under `{ast.unparse(gate)}`)",
                             *(f"impl: {where}: {a} is True for {impl[1].rsplit('.', 1)[-1]}" for a, (_, where) in values.items()),
@@ -494,6 +497,19 @@ def _self_constructed(cls: ast.ClassDef) -> dict[str, str]:
             for t in node.targets:
                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                     out[t.attr] = node.value.func.id
+    return out
+
+
+def _enforced(cls: ast.ClassDef) -> set[str]:
+    """`self.<attr> = Name(..., enforce_enable=True)` anywhere in the class: the attrs (CustomOp's constructor
+    keyword that enables the op whatever compilation_config.custom_ops says)."""
+    out: set[str] = set()
+    for node in ast_walk(cls):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                k.arg == "enforce_enable" and isinstance(k.value, ast.Constant) and k.value.value is True
+                for k in node.value.keywords):
+            out.update(t.attr for t in node.targets
+                       if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self")
     return out
 
 
