@@ -287,7 +287,10 @@ class CallerLiveness:
 
     def _overridden(self, rel: str, cls: str, method: str, own: _PortClass | None) -> str:
         """Why `cls.method` (upstream) never runs on the port: "" when some port class still runs it or
-        no port class derives from `cls` (upstream builds it itself)."""
+        no port class derives from `cls` (upstream builds it itself). Where the port derives from a class it takes
+        the port's classes to be the ones that run (a runner, a worker, a backend the platform selects); a class
+        upstream also builds itself beside the port's subclass is not told apart: the finding then stays a warning,
+        with the override as its evidence, never info."""
         target = self._upstream.find(module_name(rel), cls)
         if target is None:
             return ""
