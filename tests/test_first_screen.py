@@ -85,6 +85,9 @@ def test_errors_come_in_the_order_they_are_fixed_imports_then_calls_then_wrong_r
     # each headline says the consequence in words
     assert [what_why(f).split(":")[0] for f in screen.errors] == [
         "module fails to import", "TypeError at this call", "the op is registered by nothing", "LSE in the wrong base or layout"]
+    # an override's error sits at its def: the TypeError is where upstream calls it
+    override = _f("MXA207", Category.SIGNATURE, Severity.ERROR, FI, 28, "renames `cache_dtype_str`")
+    assert what_why(override).startswith("TypeError when upstream calls it through the base:")
 
 
 def test_a_warning_line_never_cuts_a_code_excerpt() -> None:
