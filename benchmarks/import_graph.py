@@ -33,6 +33,7 @@ ALIASES = {
     "demo": "cli",  # the demo command's port and upstream
     "introspect_worker": "introspect",  # the worker the introspect stage runs in the target interpreter
     "probes": "probing",  # the probe families the probing stage runs (metax_audit.probes or top-level probes)
+    "switched_off": "triage",  # triage's off-switch demotion (stages/switched_off.py)
 }
 LONG_MODULE = 600
 
