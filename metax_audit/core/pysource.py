@@ -191,6 +191,22 @@ class ParsedSource:
     lines: int = 0
 
 
+def always_exits(block: list[ast.stmt]) -> bool:
+    """The block always leaves the function: its last statement returns or raises on every path through it
+    (an if whose both branches do, a with whose body does). What follows an `if` with such a body runs only when
+    its test is false (the trace's branch conditions, discover's selector lists)."""
+    if not block:
+        return False
+    last = block[-1]
+    if isinstance(last, ast.Return | ast.Raise):
+        return True
+    if isinstance(last, ast.If):
+        return always_exits(last.body) and always_exits(last.orelse)
+    if isinstance(last, ast.With | ast.AsyncWith):
+        return always_exits(last.body)
+    return False
+
+
 def module_name(rel_path: str) -> str:
     """Dotted module of a repo-relative .py path; "" when not importable by name."""
     p = PurePosixPath(rel_path)

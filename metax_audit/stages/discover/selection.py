@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from metax_audit.core.pysource import always_exits
+
 # Hand-written rather than a type checker or griffe: neither evaluates string values, and what is
 # needed is a small partial evaluator of str-valued expressions (constants, f-strings, `+`, `x if c
 # else y`, dict maps and `.get`, local/module/class constants, helper calls with bound arguments).
@@ -60,15 +62,6 @@ class _Env:
                     self.nested[stmt.name] = stmt
 
 
-def _terminates(block: list[ast.stmt]) -> bool:
-    if not block:
-        return False
-    last = block[-1]
-    if isinstance(last, ast.Return | ast.Raise):
-        return True
-    return isinstance(last, ast.If) and _terminates(last.body) and _terminates(last.orelse)
-
-
 def _negate(test: str) -> str:
     try:
         node = ast.parse(test, mode="eval").body
@@ -91,7 +84,7 @@ def _walk(body: list[ast.stmt], conds: Cond) -> Iterator[tuple[ast.stmt, Cond]]:
             yield from _walk(stmt.body, (*conds, test))
             if stmt.orelse:
                 yield from _walk(stmt.orelse, (*conds, _negate(test)))
-            if _terminates(stmt.body) and not stmt.orelse:
+            if always_exits(stmt.body) and not stmt.orelse:
                 conds = (*conds, _negate(test))
         elif isinstance(stmt, ast.For | ast.AsyncFor | ast.While | ast.With | ast.AsyncWith):
             yield from _walk(stmt.body, conds)

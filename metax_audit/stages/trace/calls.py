@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from metax_audit.core.models import CallArg, CallOrigin, CallSite, Location, Unresolved
-from metax_audit.core.pysource import ast_children, ast_walk
+from metax_audit.core.pysource import always_exits, ast_children, ast_walk
 from metax_audit.stages.trace.modules import ModuleInfo
 from metax_audit.stages.trace.resolve import Resolver
 from metax_audit.stages.trace.values import (
@@ -212,9 +212,9 @@ class Walker:
                     self._block(st.orelse, scope, [*conds, _negate(test)], narrow, fn, depth)
                 # An early exit (`if not use_cascade: ... return`): what follows runs only when the
                 # branch that exits was not taken, so its calls carry that condition too.
-                if _terminates(st.body) and not _terminates(st.orelse):
+                if always_exits(st.body) and not always_exits(st.orelse):
                     conds = [*conds, _negate(test)]
-                elif st.orelse and _terminates(st.orelse) and not _terminates(st.body):
+                elif st.orelse and always_exits(st.orelse) and not always_exits(st.body):
                     conds = [*conds, test]
                 continue
             if isinstance(st, ast.Assert):
@@ -456,20 +456,6 @@ def is_triton_kernel(node: ast.AST) -> bool:
         text = ast.unparse(d.func if isinstance(d, ast.Call) else d)
         if (text.split(".")[-1] in {"jit", "autotune", "heuristics"} and "triton" in text) or text in {"jit", "triton_jit"}:
             return True
-    return False
-
-
-def _terminates(stmts: list[ast.stmt]) -> bool:
-    """The block always leaves the function (return or raise on every path through its last statement)."""
-    if not stmts:
-        return False
-    last = stmts[-1]
-    if isinstance(last, ast.Return | ast.Raise):
-        return True
-    if isinstance(last, ast.If):
-        return _terminates(last.body) and _terminates(last.orelse)
-    if isinstance(last, ast.With | ast.AsyncWith):
-        return _terminates(last.body)
     return False
 
 
