@@ -215,34 +215,8 @@ class MyImpl(CommonImpl[int]):
 '''
 
 
-@pytest.mark.parametrize(("dtypes", "impl_body", "expected"), [
-    ('"fp8"', "    pass", ["MXA184"]),  # advertised fp8, the impl inherits the flag: the only path raises
-    ('"bfloat16"', "    pass", []),  # no quantized dtype advertised
-    ('"fp8"', "    def __init__(self):\n        self.supports_quant_query_input = False", []),  # the impl opts out
-])
-def test_an_advertised_dtype_whose_only_path_raises_on_the_vendor_is_an_error(tmp_path: Path, dtypes: str, impl_body: str,
-                                                                               expected: list[str]) -> None:
-    backend = OOT_BACKEND.replace("{dtypes}", dtypes).replace("{impl_body}", impl_body)
-    write_tree(tmp_path, {"port/layer.py": OOT_LAYER, "port/attn.py": backend})
-    lines = backend.splitlines()
-    at = {n: next(i for i, ln in enumerate(lines, 1) if ln.startswith(f"class {n}")) for n in ("MyBackend", "MyImpl")}
-    chain = BackendChain("MINE", "port.attn.MyBackend", None, True, (
-        ChainHop("backend", "port.attn.MyBackend", "port/attn.py", at["MyBackend"]),
-        ChainHop("impl", "port.attn.MyImpl", "port/attn.py", at["MyImpl"]),
-    ), (), ())
-    disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"), SourceFile("port/layer.py", "port.layer", "glob")),
-                     (), (), (), {})
-    found = [f for f in check_capabilities(disc, TraceResult((chain,), ())) if f.rule == "MXA184"]
-    assert [f.rule for f in found] == expected
-    if expected:
-        assert found[0].severity is Severity.ERROR and found[0].message.startswith("NotImplementedError when MINE runs with a 'fp8' KV cache")
-        assert {x.kind for x in found[0].sites} == {"advertised", "call", "raise"}
-        assert "with that CustomOp enabled (compilation_config.custom_ops)" in found[0].message
-
-
-def test_an_op_built_with_enforce_enable_is_raised_into_whatever_custom_ops_says(tmp_path: Path) -> None:
-    layer = OOT_LAYER.replace("self._quant_op = _QuantOp()", "self._quant_op = _QuantOp(enforce_enable=True)")
-    backend = OOT_BACKEND.replace("{dtypes}", '"fp8"').replace("{impl_body}", "    pass")
+def _oot_findings(tmp_path: Path, layer: str, backend: str) -> list:
+    """The MXA184 findings of the layer and backend files, traced as backend MINE."""
     write_tree(tmp_path, {"port/layer.py": layer, "port/attn.py": backend})
     lines = backend.splitlines()
     at = {n: next(i for i, ln in enumerate(lines, 1) if ln.startswith(f"class {n}")) for n in ("MyBackend", "MyImpl")}
@@ -252,7 +226,27 @@ def test_an_op_built_with_enforce_enable_is_raised_into_whatever_custom_ops_says
     ), (), ())
     disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"), SourceFile("port/layer.py", "port.layer", "glob")),
                      (), (), (), {})
-    [found] = [f for f in check_capabilities(disc, TraceResult((chain,), ())) if f.rule == "MXA184"]
+    return [f for f in check_capabilities(disc, TraceResult((chain,), ())) if f.rule == "MXA184"]
+
+
+@pytest.mark.parametrize(("dtypes", "impl_body", "expected"), [
+    ('"fp8"', "    pass", ["MXA184"]),  # advertised fp8, the impl inherits the flag: the only path raises
+    ('"bfloat16"', "    pass", []),  # no quantized dtype advertised
+    ('"fp8"', "    def __init__(self):\n        self.supports_quant_query_input = False", []),  # the impl opts out
+])
+def test_an_advertised_dtype_whose_only_path_raises_on_the_vendor_is_an_error(tmp_path: Path, dtypes: str, impl_body: str,
+                                                                               expected: list[str]) -> None:
+    found = _oot_findings(tmp_path, OOT_LAYER, OOT_BACKEND.replace("{dtypes}", dtypes).replace("{impl_body}", impl_body))
+    assert [f.rule for f in found] == expected
+    if expected:
+        assert found[0].severity is Severity.ERROR and found[0].message.startswith("NotImplementedError when MINE runs with a 'fp8' KV cache")
+        assert {x.kind for x in found[0].sites} == {"advertised", "call", "raise"}
+        assert "with that CustomOp enabled (compilation_config.custom_ops)" in found[0].message
+
+
+def test_an_op_built_with_enforce_enable_is_raised_into_whatever_custom_ops_says(tmp_path: Path) -> None:
+    layer = OOT_LAYER.replace("self._quant_op = _QuantOp()", "self._quant_op = _QuantOp(enforce_enable=True)")
+    [found] = _oot_findings(tmp_path, layer, OOT_BACKEND.replace("{dtypes}", '"fp8"').replace("{impl_body}", "    pass"))
     assert "(it is built with enforce_enable=True, so always enabled)" in found.message
     assert "custom_ops" not in found.message
 

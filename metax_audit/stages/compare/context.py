@@ -67,8 +67,8 @@ class _Ctx:
         if node is None:
             return ""
         uses = self.env.refs.uses(name, self.port.path, node.lineno, node.lineno)
-        if not uses:
-            return ""
+        if not uses or len(uses) > 20:
+            return ""  # none, or more than the references index lists (it stops at 21): not every one is seen
         texts = self.env.refs.texts()
         built: list[str] = []
         for rel, line in uses:

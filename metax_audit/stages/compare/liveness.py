@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from metax_audit.core.models import Finding, Severity, UpstreamCaller
-from metax_audit.core.pysource import ast_walk, find_module, module_name, parse, resolve_relative
+from metax_audit.core.pysource import ast_walk, find_module, module_name, read_source_cached, resolve_relative
 from metax_audit.stages.compare.roles import UpstreamClasses, imported_class
 from metax_audit.stages.compare.side import _PortRefs
 from metax_audit.stages.compare.upstream_calls import UpstreamCalls, calls_of
@@ -49,58 +49,43 @@ class PortView:
     """What the port does to upstream code, read lazily from the port's sources: assignments over
     upstream module or class attributes, classes derived from upstream classes, calls by name."""
 
-    def __init__(self, root: Path, package: str, refs: _PortRefs) -> None:
-        self._root, self._package, self._refs = root, package, refs
-        self._trees: dict[str, ast.Module | None] = {}
+    def __init__(self, root: Path, package: str, refs: _PortRefs, max_bytes: int) -> None:
+        self._root, self._package, self._refs, self._max_bytes = root, package, refs, max_bytes
         self._classes: dict[str, list[_PortClass]] = {}
         self._patches: dict[str, dict[str, tuple[str, int]]] = {}
 
     def _tree(self, rel: str) -> ast.Module | None:
-        if rel not in self._trees:
-            try:
-                self._trees[rel] = parse((self._root / rel).read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
-                self._trees[rel] = None
-        return self._trees[rel]
+        # the process-wide parse cache: the trace and the checks parsed most of these files already
+        return read_source_cached(self._root, rel, self._max_bytes).tree
 
-    def _files(self, name: str) -> list[str]:
-        return sorted(self._refs.files_naming(name))
+    def _parsed_naming(self, name: str, worth: re.Pattern[str]) -> Iterator[tuple[str, ast.Module]]:
+        """(path, tree) of each port file that names `name` and whose text matches `worth` (the statement
+        looked for could be there: most files naming a name are not parsed)."""
+        texts = self._refs.texts()
+        for rel in sorted(self._refs.files_naming(name)):
+            if worth.search(texts.get(rel, "")) and (tree := self._tree(rel)) is not None:
+                yield rel, tree
 
     def replaced(self, dotted: str) -> tuple[str, int] | None:
         """Where the port assigns over the upstream attribute `dotted` ("pkg.mod.func", "pkg.mod.Cls.meth")."""
         name = dotted.rsplit(".", 1)[-1]
         if name not in self._patches:
             found: dict[str, tuple[str, int]] = {}
-            # worth parsing only with one of these
             assigns = re.compile(rf"\.{re.escape(name)}\s*=(?!=)|setattr\([^)]*[\"']{re.escape(name)}[\"']")
-            texts = self._refs.texts()
-            for rel in self._files(name):
-                if not assigns.search(texts.get(rel, "")):
-                    continue
-                tree = self._tree(rel)
-                if tree is not None:
-                    for target, line in _assigned_attributes(tree, module_name(rel), rel.endswith("__init__.py"), name):
-                        found.setdefault(target, (rel, line))
+            for rel, tree in self._parsed_naming(name, assigns):
+                for target, line in _assigned_attributes(tree, module_name(rel), rel.endswith("__init__.py"), name):
+                    found.setdefault(target, (rel, line))
             self._patches[name] = found
         return self._patches[name].get(dotted)
 
     def classes_naming(self, name: str) -> list[_PortClass]:
         """Port classes with a base spelled `name` (directly, any import)."""
         if name not in self._classes:
-            out: list[_PortClass] = []
             derives = re.compile(rf"\bclass\s+\w+\s*\([^)]*\b{re.escape(name)}\b")
-            texts = self._refs.texts()
-            for rel in self._files(name):
-                if not derives.search(texts.get(rel, "")):
-                    continue
-                tree = self._tree(rel)
-                if tree is None:
-                    continue
-                module, is_pkg = module_name(rel), rel.endswith("__init__.py")
-                for stmt in tree.body:
-                    if isinstance(stmt, ast.ClassDef) and any(_spelled(b).rsplit(".", 1)[-1] == name for b in stmt.bases):
-                        out.append(_port_class(rel, stmt, tree, module, is_pkg))
-            self._classes[name] = out
+            self._classes[name] = [
+                _port_class(rel, stmt, tree, module_name(rel), rel.endswith("__init__.py"))
+                for rel, tree in self._parsed_naming(name, derives) for stmt in tree.body
+                if isinstance(stmt, ast.ClassDef) and any(_spelled(b).rsplit(".", 1)[-1] == name for b in stmt.bases)]
         return self._classes[name]
 
     def port_class(self, path: str, name: str) -> _PortClass | None:
@@ -116,10 +101,11 @@ class PortView:
         return find_module(self._root, module) if module.split(".", 1)[0] == self._package.split(".", 1)[0] else None
 
     def calls(self, name: str) -> tuple[str, int] | None:
-        """The first place the port calls `name` (`name(` or `.name(`, not its own `def`)."""
+        """The first place the port calls `name` (`name(` or `.name(`, not its own `def`). Every reference is
+        read: the references index stops at 21 places, and a call past them would be missed."""
         pattern = re.compile(rf"(?<![\w]){re.escape(name)}\s*\(")
         texts = self._refs.texts()
-        for rel in self._files(name):
+        for rel in sorted(self._refs.files_naming(name)):
             text = texts.get(rel, "")
             for m in pattern.finditer(text):
                 before = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
@@ -364,10 +350,10 @@ class CallerLiveness:
 
 
 def judge_callers(findings: list[Finding], root: Path, package: str, upstream_root: Path | None,
-                  upstream_package: str, refs: _PortRefs | None = None) -> list[Finding]:
+                  upstream_package: str, refs: _PortRefs | None = None, max_bytes: int = 2_000_000) -> list[Finding]:
     """Each override finding with its upstream callers judged for liveness on the port."""
     if upstream_root is None or not any(f.callers for f in findings):
         return findings
-    view = PortView(root, package, refs or _PortRefs(root, package))
+    view = PortView(root, package, refs or _PortRefs(root, package), max_bytes)
     judge = CallerLiveness(view, UpstreamClasses(upstream_root, upstream_package))
     return [judge.judge(f) if f.callers else f for f in findings]

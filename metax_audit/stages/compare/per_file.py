@@ -148,6 +148,6 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
     from metax_audit.stages.compare.liveness import judge_callers
 
     unique = judge_callers(list({x.site: x for x in findings}.values()), discovery.root, config.port_package,
-                           upstream.root, config.upstream_package, refs)
+                           upstream.root, config.upstream_package, refs, config.max_file_bytes)
     work = CompareWork(len(missing), kept.functions_reused, kept.functions_compared) if kept is not None else CompareWork(len(missing))
     return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, work

@@ -91,7 +91,7 @@ def compare(
         if src.path.endswith(".py"):
             _compare_file(run, src)
     findings = judge_callers(run.findings, discovery.root, config.port_package, run.up_root, config.upstream_package,
-                             run.env.refs) if judge else run.findings
+                             run.env.refs, config.max_file_bytes) if judge else run.findings
     return Comparison(upstream=upstream, base=base, files=tuple(run.files), drift=tuple(run.drift_all)), findings
 
 
