@@ -186,12 +186,16 @@ def test_a_review_with_an_accepted_unbound_pin_is_kept_while_the_indexs_answer_i
     from metax_audit.stages.introspect import stack_pins
 
     _config(pinned, f"upstream = {str(demo.upstream_root())!r}\nfail-on = \"never\"\n")
-    asked: list[str] = []
+    log = tmp_path / "asked"  # a file, not a list: the pins are bound in a forked child of the review
     real = pkgindex.fetch
 
     def fetch(name: str, version: str, dest: Path, sources: pkgindex.Sources) -> object:
-        asked.append(name)
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(name + "\n")
         return real(name, version, dest, sources)
+
+    def asked() -> list[str]:
+        return log.read_text(encoding="utf-8").split() if log.exists() else []
 
     monkeypatch.setattr(pkgindex, "fetch", fetch)
 
@@ -202,19 +206,47 @@ def test_a_review_with_an_accepted_unbound_pin_is_kept_while_the_indexs_answer_i
         return r.exit_code, stages
 
     code, stages = review()
-    assert code == 0 and "result-cache" not in stages and asked == ["flashinfer-python"]
-    asked.clear()
+    assert code == 0 and "result-cache" not in stages and asked() == ["flashinfer-python"]
+    log.unlink(missing_ok=True)
     code, stages = review()
-    assert code == 0 and "result-cache" in stages and asked == []  # served whole: the index not asked
+    assert code == 0 and "result-cache" in stages and asked() == []  # served whole: the index not asked
     r = _review(pinned, tmp_path / "o2")  # not accepted: the kept answer still says "not there", so exit 2
-    assert r.exit_code == 2 and "cannot be bound" in r.output and asked == []
+    assert r.exit_code == 2 and "cannot be bound" in r.output and asked() == []
     code, stages = review("--no-cache")
-    assert code == 0 and "result-cache" not in stages and asked == ["flashinfer-python"]
+    assert code == 0 and "result-cache" not in stages and asked() == ["flashinfer-python"]
     later = stack_pins._now() + stack_pins.KEPT_MISS_S
     monkeypatch.setattr(stack_pins, "_now", lambda: later)
-    asked.clear()
+    log.unlink(missing_ok=True)
     code, stages = review()
-    assert code == 0 and "result-cache" not in stages and asked == ["flashinfer-python"]  # a day later: asked again
+    assert code == 0 and "result-cache" not in stages and asked() == ["flashinfer-python"]  # a day later: asked again
+
+
+def test_the_pins_are_bound_in_a_child_whose_index_answers_the_review_keeps(pinned: Path, tmp_path: Path, no_index: None,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index lookup (its imports and SSL context) runs in a forked child, off the review's process; the
+    answer comes back with the bindings, so a baseline review in the same process does not ask again."""
+    import os
+
+    from metax_audit.stages.introspect import stack_pins
+
+    _config(pinned, f"upstream = {str(demo.upstream_root())!r}\nfail-on = \"never\"\n")
+    log = tmp_path / "pids"
+    real = pkgindex.fetch
+
+    def fetch(name: str, version: str, dest: Path, sources: pkgindex.Sources) -> object:
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return real(name, version, dest, sources)
+
+    monkeypatch.setattr(pkgindex, "fetch", fetch)
+    stack_pins._ANSWERS.clear()
+    r = _review(pinned, tmp_path / "out", "--allow-unbound", "flashinfer", "--no-cache")
+    assert r.exit_code == 0, r.output
+    pids = log.read_text(encoding="utf-8").split()
+    assert len(pids) == 1 and pids[0] != str(os.getpid())  # asked once, by a child
+    answers = stack_pins.index_answers()
+    assert [why for _, why in answers.values()] and all(entry is None for entry, _ in answers.values())
+    assert any("flashinfer" in asked for asked, _ in answers)  # the child's answer, kept by this process
 
 
 def test_a_review_with_an_unbound_pin_the_index_could_not_answer_is_not_kept(pinned: Path, tmp_path: Path,

@@ -276,11 +276,16 @@ class _Background:
     def __init__(self, run: _Run, prestarted: introspect_mod.Prestarted | None) -> None:
         self._run = run
         self.prestarted = prestarted
-        self.pins: _PinsAhead | None = None  # the stack pins bound on a thread (_start_stack_pins)
+        self.pins: _PinsAhead | None = None  # the stack pins bound in a child or on a thread (_start_stack_pins)
 
     def fork(self, fn: Callable[[], T], nice: int = 5) -> Forked[T]:
+        # Forked does not fork beside a live thread: a thread's bindings, and a sys.path question
+        # still waiting on its subprocess (introspect/cache.py), are waited for first
         if self.pins is not None:
-            self.pins.join()  # Forked does not fork beside a live thread: the bindings are waited for first
+            self.pins.join()
+        from metax_audit.stages.introspect.cache import settle_sys_path
+
+        settle_sys_path()
         child = _CountedFork(fn, nice=nice)
         self._run.closers.append(child.close)
         return child
@@ -318,7 +323,7 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
 
     early = start_compare_early(background.fork, st.snap.root, st.config, *_early_releases(st), repo=st.snap.repo,
                                 paths=st.options.paths, use_cache=not st.options.no_cache)  # beside discover
-    background.pins = _start_stack_pins(st)  # beside discover and the trace (it waits on pip and the index)
+    background.pins = _start_stack_pins(st, background)  # beside discover and the trace (it waits on pip and the index)
     discovery = _discover_stage(st)
     upstream, base = _upstream_stage(st)
     ahead = start_compare(background.fork, discovery, st.config, upstream, base, repo=st.snap.repo,
@@ -619,45 +624,80 @@ def _trace_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | Non
     return discovery, trace
 
 
+# bindings, kernel-sources roots, their notes and seconds, bind's seconds, the index's answers (stack_pins.index_answers)
+_PinsDone = tuple["list[StackBinding]", tuple[Path, ...], list[str], float, float, dict[tuple[str, str], tuple[Path | None, str]]]
+
+
 class _PinsAhead:
-    """stack_pins.bind (and the kernel-sources roots it reads) on a thread started before discover: its
-    seconds are mostly waits on subprocesses and the package index (`pip config list`, a lookup of
-    the public base of a pin that is not installed), which overlap discover and the trace. join()
-    hands back what bind returned or re-raises what it raised; the stages are recorded by the
-    caller where they ran before (kernel-sources, then stack-pins), so the report reads the same."""
+    """stack_pins.bind (and the kernel-sources roots it reads) started before discover: its seconds are
+    mostly waits on subprocesses and the package index (`pip config list`, a lookup of the public base
+    of a pin that is not installed), which overlap discover and the trace. It runs in a forked child
+    where it can: its imports for the index lookup (unearth, an SSL context with the CA bundle, about
+    1 s of CPU) then stay off this process's GIL, and a live thread would keep every later stage from
+    forking. Where fork is refused (another thread runs: a terminal's spinner) it runs on a thread.
+    result() hands back what bind returned or re-raises what it raised; the stages are recorded by
+    the caller where they ran before (kernel-sources, then stack-pins), so the report reads the same."""
 
-    def __init__(self, st: _Stages) -> None:
-        import threading
-
+    def __init__(self, st: _Stages, fork: Callable[[Callable[[], _PinsDone]], Forked[_PinsDone]]) -> None:
         self._st = st
         self._done: tuple[str, object, list[str], float, float] | None = None
-        self._thread = threading.Thread(target=self._work, name="metax-audit-stack-pins", daemon=True)
-        self._thread.start()
+        self._thread = None
+        self._child: Forked[_PinsDone] | None = fork(self._compute)
+        if not self._child.started:  # no fork here: a thread, whose waits still overlap the trace
+            import threading
 
-    def _work(self) -> None:
+            self._child = None
+            self._thread = threading.Thread(target=self._work, name="metax-audit-stack-pins", daemon=True)
+            self._thread.start()
+
+    def _compute(self) -> _PinsDone:
         from metax_audit.stages.introspect import stack_pins
         from metax_audit.stages.upstream import kernel_source_roots
 
         st, roots_seconds, begun = self._st, 0.0, time.perf_counter()
         roots_notes: list[str] = []
+        roots: tuple[Path, ...] = ()
+        if st.config.kernel_sources:
+            roots = kernel_source_roots(st.config.kernel_sources, st.options.cache_dir, roots_notes)
+            roots_seconds = time.perf_counter() - begun
+        bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
+                                   manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
+                                   fetch=not st.options.extra_path, kernel_roots=roots,
+                                   index_url=st.options.index_url, memo=st.memo)
+        # the index's answers go back with the bindings: the baseline review asks the same again
+        return (bindings, roots, roots_notes, roots_seconds, time.perf_counter() - begun - roots_seconds,
+                stack_pins.index_answers())
+
+    def _work(self) -> None:
+        from metax_audit.stages.introspect import stack_pins
+
         try:
-            roots: tuple[Path, ...] = ()
-            if st.config.kernel_sources:
-                roots = kernel_source_roots(st.config.kernel_sources, st.options.cache_dir, roots_notes)
-                roots_seconds = time.perf_counter() - begun
-            self._roots = roots
-            bindings = stack_pins.bind(st.snap.root, st.config, python=st.options.python,
-                                       manifest=st.options.stack is not None, cache_dir=st.options.cache_dir,
-                                       fetch=not st.options.extra_path, kernel_roots=roots,
-                                       index_url=st.options.index_url, memo=st.memo)
-            self._done = ("ok", bindings, roots_notes, roots_seconds, time.perf_counter() - begun - roots_seconds)
-        except BaseException as exc:  # re-raised by join, in the review's own thread
-            self._done = ("raised", exc, roots_notes, roots_seconds, 0.0)
+            bindings, roots, roots_notes, roots_seconds, seconds, answers = self._compute()
+        except BaseException as exc:  # re-raised by result, in the review's own thread
+            self._done = ("raised", exc, [], 0.0, 0.0)
+            return
+        stack_pins.keep_index_answers(answers)
+        self._roots = roots
+        self._done = ("ok", bindings, roots_notes, roots_seconds, seconds)
 
     def join(self) -> None:
-        self._thread.join()
+        """Wait for the thread (a fork beside it is refused); a child is waited for by result()."""
+        if self._thread is not None:
+            self._thread.join()
 
     def result(self, st: _Stages) -> list[StackBinding]:
+        if self._child is not None:
+            child, self._child = self._child, None
+            from metax_audit.stages.introspect import stack_pins
+
+            try:  # a child that failed is run here (Forked), so an error is raised here as it would be
+                bindings, roots, roots_notes, roots_seconds, seconds, answers = child.result()
+            except BaseException as exc:
+                self._done = ("raised", exc, [], 0.0, 0.0)
+            else:
+                stack_pins.keep_index_answers(answers)
+                self._roots = roots
+                self._done = ("ok", bindings, roots_notes, roots_seconds, seconds)
         self.join()
         assert self._done is not None
         how, value, roots_notes, roots_seconds, seconds = self._done
@@ -671,14 +711,14 @@ class _PinsAhead:
         return value  # type: ignore[return-value]
 
 
-def _start_stack_pins(st: _Stages) -> _PinsAhead | None:
-    """The stack pins bound on a thread beside discover and the trace (None when the revision pins
-    nothing: the stage then only says so)."""
+def _start_stack_pins(st: _Stages, background: _Background) -> _PinsAhead | None:
+    """The stack pins bound beside discover and the trace (None when the revision pins nothing: the
+    stage then only says so)."""
     from metax_audit.stages.introspect import stack_pins
 
     if not stack_pins.read_pins(st.snap.root, st.config):
         return None
-    return _PinsAhead(st)
+    return _PinsAhead(st, partial(background.fork, nice=0))
 
 
 def _stack_pins_stage(st: _Stages, trace: TraceResult, ahead: _PinsAhead | None = None) -> tuple[StackBinding, ...]:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 
 from metax_audit.core.models import Difference, DifferenceKind
-from metax_audit.core.pysource import unparse
+from metax_audit.core.pysource import dump, unparse
 from metax_audit.stages.compare.consequence import VendorPlatform
 from metax_audit.stages.compare.counterparts import FileCounterpart
 from metax_audit.stages.compare.memo import MemberUnits, Recorder
@@ -58,10 +58,6 @@ class _Ctx:
     def _built_only_by_port(self, cls: str, qual: str) -> str:
         if self.env is None or self.env.base_state == "none":
             return ""  # without the base release a missed sync cannot be told apart
-        if self.base is not None:
-            old, new = self.base.funcs.get(qual), self.up.funcs.get(qual)
-            if old is None or new is None or ast.dump(old) != ast.dump(new):
-                return ""
         name = next((p for p, u in self.rename.items() if u == cls), cls)
         node = self.port.classes.get(cls)
         if node is None:
@@ -79,10 +75,17 @@ class _Ctx:
             if not re.search(rf"(?<![\w.]){re.escape(name)}\(", text) or re.search(rf"\b(?:return|yield)\b.*\b{re.escape(name)}\b", text):
                 return ""  # named without being built: upstream may be handed the class
             built.append(f"{rel}:{line}")
-        if not built:
+        if not built or not self._same_since_base(qual):  # the dumps last: two whole functions each
             return ""
         return (f"a class only the port builds ({name}, constructed at {', '.join(built[:3])}; nothing registers or "
                 "returns it), and upstream did not change this since the base release: the port's own design")
+
+    def _same_since_base(self, qual: str) -> bool:
+        """Upstream's `qual` is the base release's (no base side: nothing to tell, so the same)."""
+        if self.base is None:
+            return True
+        old, new = self.base.funcs.get(qual), self.up.funcs.get(qual)
+        return old is not None and new is not None and (old is new or dump(old) == dump(new))
 
     def port_defines(self, name: str) -> bool:
         """The port file defines a function, attribute or class of this (qualified) name."""

@@ -169,6 +169,14 @@ def prefetch_sys_path(python: str | None) -> None:
         thread.start()
 
 
+def settle_sys_path() -> None:
+    """Wait for every sys.path question still on its thread (each waits on one short subprocess): the
+    review forks its children only where no other thread runs (core/forked.py)."""
+    for asked, thread in list(_ASKING.items()):
+        thread.join()
+        _ASKING.pop(asked, None)
+
+
 def _worker_sys_path(interpreter: str) -> tuple[str, ...] | None:
     """sys.path as the worker sees it under `interpreter` (None when it cannot be run), asked once
     per process and environment: the result-cache key and the stack-cache plan of one review both

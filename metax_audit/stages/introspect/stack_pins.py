@@ -257,6 +257,16 @@ _ANSWERS: dict[tuple[str, str], tuple[Path | None, str]] = {}  # this process's 
 KEPT_MISS_S = 24 * 3600  # how long the index's definitive "not there" is believed (then it is asked again)
 
 
+def index_answers() -> dict[tuple[str, str], tuple[Path | None, str]]:
+    """This process's answers of the package index (bind in a forked child hands them back with its bindings)."""
+    return dict(_ANSWERS)
+
+
+def keep_index_answers(answers: dict[tuple[str, str], tuple[Path | None, str]]) -> None:
+    """Take a child's answers as this process's own: the baseline review then asks nothing again."""
+    _ANSWERS.update(answers)
+
+
 def _now() -> float:
     return time.time()
 
