@@ -10,7 +10,8 @@ and "warm", with a cache primed by one unmeasured run (since the result cache, a
 an unchanged revision is served whole). The upstream sources are passed as a directory, so
 neither needs a download.
 
-"staged_one_file" is the pre-commit case: in a clone of the checkout whose HEAD review is cached
+"review_no_cache" is `review --no-cache` with the stack facts in the primed cache (the issue's cold review: every
+stage computed, the installed stack's facts and the public base read from the cache). "staged_one_file" is the pre-commit case: in a clone of the checkout whose HEAD review is cached
 (one unmeasured `review --staged` with nothing changed), each repeat stages a code change of one
 file (`--staged-file`; a new function appended) and runs `review --staged` (compared with HEAD). With
 `--reference-tree DIR` the cold review also runs with DIR first on PYTHONPATH ("reference_cold":
@@ -102,17 +103,23 @@ def main() -> int:
     ref_env = {**base_env, "PYTHONPATH": os.path.abspath(args.reference_tree)} if args.reference_tree else None
     wanted = {"griffe", *args.rows.split(",")}
     ref_cache, ref_clone = tempfile.mkdtemp(prefix="mxa-bench-ref-cache-"), None
-    if ref_env is not None and wanted & {"reference_warm", "reference_staged_one_file"}:
+    if ref_env is not None and wanted & {"reference_warm", "reference_staged_one_file", "reference_no_cache"}:
         subprocess.run(wrapped, cwd=args.repo, capture_output=True, env={**ref_env, "METAX_AUDIT_CACHE": ref_cache})
         ref_clone = os.path.join(tempfile.mkdtemp(prefix="mxa-bench-ref-clone-"), "port")
         subprocess.run(["git", "clone", "-q", args.repo, ref_clone], check=True)
         subprocess.run(["git", "-C", ref_clone, "checkout", "-q", args.rev], check=True)
         subprocess.run(staged, cwd=ref_clone, capture_output=True, env={**ref_env, "METAX_AUDIT_CACHE": ref_cache})
+    # "no_cache" is the cold review, `--no-cache`: nothing of the review is read from the result cache
+    # (every stage computed), while the facts of the installed stack (the stack cache, keyed by the interpreter's
+    # sys.path: a property of the environment, not of the review) and the public base come from the primed cache.
+    no_cache = [*wrapped, "--no-cache"]
     plan = [("griffe", griffe, args.repo, base_env), ("review_cold", wrapped, args.repo, base_env),
-            ("review_warm", wrapped, args.repo, base_env), ("staged_one_file", staged, clone, base_env)]
+            ("review_warm", wrapped, args.repo, base_env), ("staged_one_file", staged, clone, base_env),
+            ("review_no_cache", no_cache, args.repo, base_env)]
     if ref_env is not None:
         plan.append(("reference_cold", wrapped, args.repo, ref_env))
         plan.append(("reference_warm", wrapped, args.repo, ref_env))
+        plan.append(("reference_no_cache", no_cache, args.repo, ref_env))
         if ref_clone is not None:
             plan.append(("reference_staged_one_file", staged, ref_clone, ref_env))
     plan = [p for p in plan if p[0] in wanted]
@@ -155,13 +162,14 @@ def main() -> int:
                       "peak_rss_mb_largest_process": round(max(peaks) / 1024, 1), "exit_codes": codes}
         if selfs:
             rows[name]["peak_rss_mb_review_process"] = round(max(selfs) / 1024, 1)
-    for name in ("review_cold", "review_warm", "staged_one_file", "reference_cold", "reference_warm",
-                 "reference_staged_one_file"):
+    for name in ("review_cold", "review_warm", "staged_one_file", "review_no_cache", "reference_cold", "reference_warm",
+                 "reference_staged_one_file", "reference_no_cache"):
         if name in rows:
             rows[f"ratio_{name}_over_griffe"] = round(rows[name]["median_s"] / rows["griffe"]["median_s"], 2)
     if "reference_cold" in rows:
         rows["ratio_review_cold_over_reference_cold"] = round(rows["review_cold"]["median_s"] / rows["reference_cold"]["median_s"], 2)
-    for mine, ref in (("review_warm", "reference_warm"), ("staged_one_file", "reference_staged_one_file")):
+    for mine, ref in (("review_warm", "reference_warm"), ("staged_one_file", "reference_staged_one_file"),
+                      ("review_no_cache", "reference_no_cache")):
         if mine in rows and ref in rows:
             rows[f"ratio_{mine}_over_{ref}"] = round(rows[mine]["median_s"] / rows[ref]["median_s"], 2)
     shutil.rmtree(warm_cache, ignore_errors=True)

@@ -23,9 +23,9 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from metax_audit.cache import resultcache
 from metax_audit.cache.memo import review_memo
@@ -34,8 +34,9 @@ from metax_audit.cache.store import Key, Kind
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
     from metax_audit.core.forked import Forked
+    from metax_audit.core.memo import Memo
     from metax_audit.core.models import Comparison, Discovery, Finding, UpstreamInfo
-    from metax_audit.stages.compare.per_file import CompareWork
+    from metax_audit.stages.compare.per_file import ComparedParts, CompareWork
 
 _CompareResult = tuple["Comparison", list["Finding"], "CompareWork"]
 
@@ -150,6 +151,7 @@ class CompareAhead:
         self.inputs = inputs  # the upstream and base releases the child compares with
         self.used = False  # whether take() gave the child's result
         self.early = False  # started before discover (start_compare_early)
+        self._speculative: SpeculativeCompare | None = None  # no prediction: the discovery as discover left it
 
     @property
     def predicted(self) -> Discovery | None:
@@ -162,13 +164,17 @@ class CompareAhead:
             and _compare_view(self._predicted) == _compare_view(discovery)
 
     def take(self, widened: Discovery, upstream: UpstreamInfo | None = None, base: UpstreamInfo | None = None,
-             ) -> _CompareResult | None:
+             memo: Memo | None = None) -> _CompareResult | None:
         """The child's result when `widened` (the trace's discovery) and the releases are what it
-        compared, else None; remembers the files this trace reached (and the discovery) for the next review."""
+        compared, else None; remembers the files this trace reached (and the discovery) for the next review.
+        A speculative child's parts are used for every file the widening cannot change (take_speculative)."""
         if self._remember is not None:
             reached = tuple(sorted(f.path for f in widened.files if f.reason == "reached-by-trace"))
             resultcache.store(self._remember, reached)
             resultcache.store(self._remember.beside(Kind.DISCOVERY), (str(widened.root), widened))
+        if self._speculative is not None:
+            speculative, self._speculative = self._speculative, None
+            return speculative.take(widened, (upstream, base), memo)
         child, self._child = self._child, None
         if child is None:
             return None
@@ -183,6 +189,9 @@ class CompareAhead:
         if self._child is not None:
             self._child.close()
             self._child = None
+        if self._speculative is not None:
+            self._speculative.close()
+            self._speculative = None
 
 
 def same_files(a: Discovery, b: Discovery) -> bool:
@@ -225,22 +234,23 @@ def start_compare_early(fork: Callable[[Callable[[], _CompareResult]], Forked[_C
     return ahead
 
 
-def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_CompareResult]], discovery: Discovery,
+def start_compare(fork: Callable[[Callable[[], Any]], Forked[Any]], discovery: Discovery,
                   config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None, *, repo: str,
                   paths: tuple[str, ...], use_cache: bool, early: CompareAhead | None = None) -> CompareAhead:
     """Start comparing the discovery widened by the files the last trace of this repository reached
-    (or keep the `early` child when it compares exactly that). Nothing starts without the cache
-    (--no-cache) or an upstream."""
+    (or keep the `early` child when it compares exactly that). Without that prediction (--no-cache, a
+    first review) the child compares the discovery as discover left it (SpeculativeCompare). Nothing
+    starts without an upstream."""
     if not use_cache or upstream is None:
         if early is not None:
             early.close()
-        return CompareAhead(None, None, None)
+        return _speculative(fork, discovery, config, upstream, base, None, use_cache)
     remember = _reached_key(repo, config.port_package, paths)
     reached = resultcache.load(remember)
     if not isinstance(reached, tuple):
         if early is not None:
             early.close()
-        return CompareAhead(None, None, remember)
+        return _speculative(fork, discovery, config, upstream, base, remember, use_cache)
     from metax_audit.cache.memo import review_memo
     from metax_audit.stages.discover import widen
 
@@ -256,3 +266,76 @@ def start_compare(fork: Callable[[Callable[[], _CompareResult]], Forked[_Compare
         return cached_compare(predicted, config, upstream, base, memo=review_memo(True))
 
     return CompareAhead(predicted, fork(work), remember, (upstream, base))
+
+
+def _speculative(fork: Callable[[Callable[[], _Speculated]], Forked[_Speculated]], discovery: Discovery,
+                 config: AuditConfig, upstream: UpstreamInfo | None, base: UpstreamInfo | None, remember: Key | None,
+                 use_cache: bool) -> CompareAhead:
+    ahead = CompareAhead(None, None, remember)
+    if upstream is not None:
+        ahead._speculative = SpeculativeCompare(fork, discovery, config, upstream, base, review_memo(use_cache))
+    return ahead
+
+
+_Speculated = tuple["ComparedParts", dict[str, list[str]]]
+
+
+class SpeculativeCompare:
+    """The compare of the discovery as discover left it, in a forked child while the trace runs, for a
+    review with no prediction of what the trace will reach (--no-cache, a first review).
+
+    The trace then widens the discovery with the port files it reached. A file's compare reads, of
+    the rest of the discovery, only the scope (the modules under review: whether an import of the port's
+    own copy of an upstream module is "compared as its own file", compare/structure.py) and the
+    registrations, which widening leaves alone. So a file's parts from the child are the widened
+    discovery's own unless one of its imports could name a module the widening added; those files and
+    the added ones are compared in this process (compare/per_file.cached_compare `known`)."""
+
+    def __init__(self, fork: Callable[[Callable[[], _Speculated]], Forked[_Speculated]], discovery: Discovery,
+                 config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None, memo: Memo) -> None:
+        self._discovery, self._config, self._inputs = discovery, config, (upstream, base)
+
+        def work() -> _Speculated:
+            from metax_audit.stages.compare.per_file import compare_parts, import_candidates
+
+            # kept under this discovery's scope: the review's own keys when the trace reaches no new file
+            # (else take() keeps each file's parts again under the widened scope)
+            parts = compare_parts(discovery, config, upstream, base, memo=memo)
+            return parts, {f.path: import_candidates(discovery.root, f.path, config) for f in discovery.files}
+
+        self._child: Forked[_Speculated] | None = fork(work)
+
+    def take(self, widened: Discovery, inputs: tuple[UpstreamInfo | None, UpstreamInfo | None],
+             memo: Memo | None = None) -> _CompareResult | None:
+        """The compare of `widened` with the child's parts of every file the widening cannot change; None
+        (compute it all) where the child did not run, compared other releases or another discovery."""
+        from metax_audit.stages.compare.per_file import CompareWork, assemble, cached_compare
+        from metax_audit.stages.compare.stage import module_of
+
+        child, self._child = self._child, None
+        if child is None:
+            return None
+        before = self._discovery
+        added = {f.path for f in widened.files} - {f.path for f in before.files}
+        if not child.started or inputs != self._inputs or widened.root != before.root \
+                or widened.registrations != before.registrations \
+                or _compare_view(replace(widened, files=tuple(f for f in widened.files if f.path not in added))) \
+                != _compare_view(before):
+            child.close()
+            return None
+        compared, candidates = child.result()
+        upstream, base = self._inputs
+        if compared.whole is not None:  # a result not tied to one file: whole, or not at all
+            return (*compared.whole, compared.work) if not added else None
+        new_modules = {module_of(path) for path in added}
+        known = {path: part for path, part in compared.parts.items() if not new_modules & set(candidates.get(path, ()))}
+        if not added:
+            return (*assemble(widened, self._config, upstream, base, known), CompareWork(0, ahead=len(known)))
+        comparison, findings, work = cached_compare(widened, self._config, upstream, base, memo=memo or review_memo(False),
+                                                    known=known)
+        return comparison, findings, work._replace(ahead=len(known))
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.close()
+            self._child = None

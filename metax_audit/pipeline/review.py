@@ -776,11 +776,13 @@ def _compare_stage(st: _Stages, discovery: Discovery, upstream: UpstreamInfo | N
     with st.run.stage("compare", st.progress) as notes:
         from metax_audit.stages.compare.per_file import cached_compare
 
-        comparison, compare_findings, work = (ahead and ahead.take(discovery, upstream, base)) or cached_compare(
+        comparison, compare_findings, work = (ahead and ahead.take(discovery, upstream, base, st.memo)) or cached_compare(
             discovery, st.config, upstream, base, memo=st.memo)
         st.run.findings += compare_findings
         notes.append(f"{len(comparison.files)} files, {sum(len(f.differences) for f in comparison.files)} differences"
-                     + (f"; {work.files} recomputed, the rest from the per-file cache" if work.files < len(comparison.files) else "")
+                     + (f"; {work.ahead} compared during the trace, {work.files} after it" if work.ahead else "")
+                     + (f"; {work.files} recomputed, the rest from the per-file cache"
+                        if work.files + work.ahead < len(comparison.files) else "")
                      + (f"; of their functions {work.functions_reused} reused, {work.functions_compared} compared"
                         if work.functions_reused else "")
                      + ("; compared during the trace" if ahead and ahead.used else "")

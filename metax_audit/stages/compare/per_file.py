@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from metax_audit.core.memo import NO_MEMO, Kind, Memo, file_digest
 from metax_audit.core.models import Comparison, Difference, Discovery, FileComparison, Finding, UpstreamInfo
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
+    from metax_audit.stages.compare.side import _PortRefs
 
 
 def _port_imports(root: Path, rel: str, candidates: list[str], digests: dict[str, str]) -> list[list[str]]:
@@ -37,6 +38,15 @@ def _import_candidates(rel: str, text: str, package: str) -> list[str]:
             if mod == package or mod.startswith(package + "."):
                 out.add(mod)
     return sorted(out)
+
+
+def import_candidates(root: Path, rel: str, config: AuditConfig) -> list[str]:
+    """The dotted names a port file's imports could bind from the port package (none when it cannot be read)."""
+    try:
+        text = (root / rel).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return _import_candidates(rel, text, config.port_package)
 
 
 def _file_facts(root: Path, config: AuditConfig, digests: dict[str, str], path: str, memo: Memo,
@@ -74,14 +84,71 @@ class CompareWork(NamedTuple):
     files: int
     functions_reused: int = 0
     functions_compared: int = 0
+    ahead: int = 0  # files whose parts a child compared during the trace (pipeline/incremental.SpeculativeCompare)
+
+
+class FileParts(NamedTuple):
+    """One port file's share of the compare stage: its comparisons, its drift and its findings (not yet
+    judged: liveness reads the whole port, compare/liveness.py)."""
+
+    files: list[FileComparison]
+    drift: list[Difference]
+    findings: list[Finding]
+
+
+class ComparedParts(NamedTuple):
+    """compare_parts' answer: each file's parts, or one comparison of the whole discovery (`whole`)
+    where a result was not tied to one file; and what was compared now."""
+
+    parts: dict[str, FileParts]
+    whole: tuple[Comparison, list[Finding]] | None
+    work: CompareWork
 
 
 def cached_compare(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
-                   memo: Memo = NO_MEMO) -> tuple[Comparison, list[Finding], CompareWork]:
+                   memo: Memo = NO_MEMO, known: dict[str, FileParts] | None = None,
+                   ) -> tuple[Comparison, list[Finding], CompareWork]:
     """compare.compare, with each file's result kept under a key of its bytes, its registrations,
     the scope, the config, the upstream and base releases and the tool: a one-file change compares
-    one file, and of it the functions whose text or reads changed. Returns the comparison, its findings
-    and what was compared now."""
+    one file, and of it the functions whose text or reads changed. `known`: parts of files computed
+    already for this very discovery (a child's compare of the discovery before the trace widened it,
+    for files the widening cannot change: pipeline/incremental.py). Returns the comparison, its
+    findings and what was compared now."""
+    from metax_audit.stages.compare.side import _PortRefs
+
+    refs = _PortRefs(discovery.root, config.port_package)  # one index of the port's references for both
+    compared = compare_parts(discovery, config, upstream, base, memo=memo, known=known, refs=refs)
+    if compared.whole is not None:
+        return (*compared.whole, compared.work)
+    return (*assemble(discovery, config, upstream, base, compared.parts, refs), compared.work)
+
+
+def assemble(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None,
+             parts: dict[str, FileParts], refs: _PortRefs | None = None) -> tuple[Comparison, list[Finding]]:
+    """The comparison of the discovery from every file's parts (in the discovery's order), its findings
+    judged here, on every run, not kept per file: whether an upstream caller is live reads the whole port."""
+    from metax_audit.stages.compare.liveness import judge_callers
+    from metax_audit.stages.compare.side import _PortRefs
+
+    files: list[FileComparison] = []
+    drift: list[Difference] = []
+    findings: list[Finding] = []
+    for f in discovery.files:
+        part = parts[f.path]
+        files += part.files
+        drift += part.drift
+        findings += part.findings
+    refs = refs or _PortRefs(discovery.root, config.port_package)
+    unique = judge_callers(list({x.site: x for x in findings}.values()), discovery.root, config.port_package,
+                           upstream.root, config.upstream_package, refs, config.max_file_bytes)
+    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique
+
+
+def compare_parts(discovery: Discovery, config: AuditConfig, upstream: UpstreamInfo, base: UpstreamInfo | None = None, *,
+                  memo: Memo = NO_MEMO, known: dict[str, FileParts] | None = None, refs: _PortRefs | None = None,
+                  ) -> ComparedParts:
+    """Each file's parts of the compare stage: from the per-file cache, from `known`, or compared now
+    (and kept, `known` ones too: they are this discovery's results)."""
     from metax_audit.stages.compare import compare, compare_dependencies, module_of
     from metax_audit.stages.compare.side import _PortRefs
     from metax_audit.stages.compare.stage import KeptStore
@@ -95,21 +162,22 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         for path in {r.location.path, r.resolved_path or ""}:
             regs.setdefault(path, []).append(f"{r.kind}|{r.name}|{r.class_path}|{r.resolved_path}")
     # A file's comparison also reads the platform file and where other port files name its functions.
-    refs = _PortRefs(discovery.root, config.port_package)
+    refs = refs or _PortRefs(discovery.root, config.port_package)
     digests: dict[str, str] = {}
     facts = {f.path: _file_facts(discovery.root, config, digests, f.path, memo) for f in discovery.files} if enabled else {}
     deps = compare_dependencies(discovery.root, config, list(facts), lambda path: facts[path][:2], refs) if enabled else {}
     keys = {f.path: (f.path, digests[f.path], f.parse_error, sorted(regs.get(f.path, [])),
                      deps.get(f.path, ""), common, _port_imports(discovery.root, f.path, facts[f.path][2], digests))
             for f in discovery.files} if enabled else {}
-    hits: dict[str, Any] = {}
+    hits: dict[str, FileParts] = {}
     for path, entry in keys.items():
         value = memo.load(Kind.COMPARE, *entry)
         if isinstance(value, tuple) and len(value) == 3:
-            hits[path] = value
-    missing = tuple(f for f in discovery.files if f.path not in hits)
-    fresh: dict[str, tuple[list[FileComparison], list[Difference], list[Finding]]] = {}
-    comparison = None
+            hits[path] = FileParts(*value)
+    here = {f.path for f in discovery.files}
+    given = {path: part for path, part in (known or {}).items() if path not in hits and path in here}
+    missing = tuple(f for f in discovery.files if f.path not in hits and f.path not in given)
+    fresh: dict[str, FileParts] = {}
     kept: KeptStore | None = None
     if missing or not discovery.files:
         from dataclasses import replace
@@ -122,32 +190,18 @@ def cached_compare(discovery: Discovery, config: AuditConfig, upstream: Upstream
         if any(c.path not in paths for c in comparison.files) or any(d.path not in paths for d in comparison.drift) \
                 or any(x.location.path not in paths for x in found):
             # a result not tied to one file cannot be kept per file: compare everything, keep nothing
-            comparison, found = compare(discovery, config, upstream, base)
-            return comparison, found, CompareWork(len(discovery.files))
+            return ComparedParts({}, compare(discovery, config, upstream, base), CompareWork(len(discovery.files)))
         # grouped in one pass (every path is one of `missing`, checked above): a scan of all results
         # per file was quadratic, 5 s of a 2,000-file review
-        fresh = {f.path: ([], [], []) for f in missing}
+        fresh = {f.path: FileParts([], [], []) for f in missing}
         for c in comparison.files:
-            fresh[c.path][0].append(c)
+            fresh[c.path].files.append(c)
         for d in comparison.drift:
-            fresh[d.path][1].append(d)
+            fresh[d.path].drift.append(d)
         for x in found:
-            fresh[x.location.path][2].append(x)
-        if enabled:
-            for path, value in fresh.items():
-                memo.store(Kind.COMPARE, value, *keys[path])
-    files: list[FileComparison] = []
-    drift: list[Difference] = []
-    findings: list[Finding] = []
-    for f in discovery.files:
-        part = hits.get(f.path) or fresh[f.path]
-        files += part[0]
-        drift += part[1]
-        findings += part[2]
-    # Judged here, on every run, not kept per file: whether an upstream caller is live reads the whole port.
-    from metax_audit.stages.compare.liveness import judge_callers
-
-    unique = judge_callers(list({x.site: x for x in findings}.values()), discovery.root, config.port_package,
-                           upstream.root, config.upstream_package, refs, config.max_file_bytes)
+            fresh[x.location.path].findings.append(x)
+    if enabled:
+        for path, value in (*fresh.items(), *given.items()):
+            memo.store(Kind.COMPARE, tuple(value), *keys[path])
     work = CompareWork(len(missing), kept.functions_reused, kept.functions_compared) if kept is not None else CompareWork(len(missing))
-    return Comparison(upstream=upstream, base=base, files=tuple(files), drift=tuple(drift)), unique, work
+    return ComparedParts({**hits, **given, **fresh}, None, work)
