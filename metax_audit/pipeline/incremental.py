@@ -154,6 +154,12 @@ class CompareAhead:
         self._speculative: SpeculativeCompare | None = None  # no prediction: the discovery as discover left it
 
     @property
+    def running(self) -> bool:
+        """Whether a child compares now (the compare stage will wait for it)."""
+        speculative = self._speculative.child if self._speculative is not None else None
+        return (self._child is not None and self._child.started) or (speculative is not None and speculative.started)
+
+    @property
     def predicted(self) -> Discovery | None:
         """The widened discovery the child compares (what the trace is expected to widen discovery to)."""
         return self._predicted
@@ -334,6 +340,11 @@ class SpeculativeCompare:
         comparison, findings, work = cached_compare(widened, self._config, upstream, base, memo=memo or review_memo(False),
                                                     known=known)
         return comparison, findings, work._replace(ahead=len(known))
+
+    @property
+    def child(self) -> Forked[_Speculated] | None:
+        """The child comparing (None once taken or closed)."""
+        return self._child
 
     def close(self) -> None:
         if self._child is not None:

@@ -332,8 +332,11 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     during = _start_during_trace(st, ahead.predicted, symbols, upstream, base, background)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
     stand_ins = _stack_pins_stage(st, trace, background.pins)
-    binding, (contracts, dataflow) = _after_trace(st, discovery, trace, symbols, upstream, base, background, during)
+    here = ahead.running  # this process would only wait for the compare child: it runs the binding checks meanwhile
+    binding, (contracts, dataflow) = _after_trace(st, discovery, trace, symbols, upstream, base, background, during, here)
     collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
+    if here:
+        binding()  # kept for the checks stage (its findings keep their place there)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
     from metax_audit.stages.checks.memo import FileMemo
 
@@ -558,10 +561,12 @@ def _start_during_trace(st: _Stages, predicted: Discovery | None, symbols: Symbo
 
 
 def _after_trace(st: _Stages, discovery: Discovery, trace: TraceResult, symbols: SymbolTable, upstream: UpstreamInfo | None,
-                 base: UpstreamInfo | None, background: _Background, during: _DuringTrace | None,
+                 base: UpstreamInfo | None, background: _Background, during: _DuringTrace | None, here: bool = False,
                  ) -> tuple[Callable[[], list[Finding]], tuple[Contracts | None, Forked[_FlowResult]]]:
     """The binding checks (waited for by the checks stage) and the dataflow child: what started during
-    the trace when the trace widened discovery as predicted, the rest (or all of it) started now."""
+    the trace when the trace widened discovery as predicted, the rest (or all of it) started now. With
+    `here` the binding checks not started during the trace run in this process, computed once when first
+    asked for (this process would otherwise wait for the compare child while they took the other core)."""
     from metax_audit.pipeline.incremental import same_files
 
     memo_common = _binding_memo_common(st, upstream, base)
@@ -579,8 +584,10 @@ def _after_trace(st: _Stages, discovery: Discovery, trace: TraceResult, symbols:
     if during is not None:
         during.discovery_checks.close()
         during.dataflow.close()
-    binding_child = background.fork(partial(_binding_checks, discovery, trace, symbols, st.memo,
-                                            memo_common))  # beside compare
+    work = partial(_binding_checks, discovery, trace, symbols, st.memo, memo_common)
+    if here:
+        return functools.cache(work), _start_dataflow(st, discovery, background)
+    binding_child = background.fork(work)  # beside compare
     return binding_child.result, _start_dataflow(st, discovery, background)
 
 
