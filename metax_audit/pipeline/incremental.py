@@ -173,7 +173,7 @@ class CompareAhead:
              memo: Memo | None = None) -> _CompareResult | None:
         """The child's result when `widened` (the trace's discovery) and the releases are what it
         compared, else None; remembers the files this trace reached (and the discovery) for the next review.
-        A speculative child's parts are used for every file the widening cannot change (take_speculative)."""
+        A speculative child's parts are used for every file the widening cannot change (SpeculativeCompare.take)."""
         if self._remember is not None:
             reached = tuple(sorted(f.path for f in widened.files if f.reason == "reached-by-trace"))
             resultcache.store(self._remember, reached)
