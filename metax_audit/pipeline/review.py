@@ -331,12 +331,12 @@ def _audit_stages(st: _Stages, background: _Background, started: float) -> Audit
     symbols = _symbols(st, upstream, base)
     during = _start_during_trace(st, ahead.predicted, symbols, upstream, base, background)
     discovery, trace = _trace_stage(st, discovery, upstream, symbols)
-    stand_ins = _stack_pins_stage(st, trace, background.pins)
-    here = ahead.running  # this process would only wait for the compare child: it runs the binding checks meanwhile
+    here = ahead.running  # this process would only wait for the children: it runs the binding checks meanwhile
     binding, (contracts, dataflow) = _after_trace(st, discovery, trace, symbols, upstream, base, background, during, here)
-    collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     if here:
-        binding()  # kept for the checks stage (its findings keep their place there)
+        binding()  # while the compare child and the stack pins' child finish; kept for the checks stage
+    stand_ins = _stack_pins_stage(st, trace, background.pins)
+    collect_facts = _introspect(st, discovery, trace, upstream, background, stand_ins)
     comparison = _compare_stage(st, discovery, upstream, base, ahead)
     from metax_audit.stages.checks.memo import FileMemo
 
