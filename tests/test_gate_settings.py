@@ -249,6 +249,39 @@ def test_the_pins_are_bound_in_a_child_whose_index_answers_the_review_keeps(pinn
     assert any("flashinfer" in asked for asked, _ in answers)  # the child's answer, kept by this process
 
 
+def test_where_fork_is_refused_the_pins_are_bound_on_a_thread(pinned: Path, tmp_path: Path, no_index: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread alive (Forked refuses to fork beside it): bind runs on a thread of the review's process."""
+    import os
+    import threading
+
+    from metax_audit.stages.introspect import stack_pins
+
+    _config(pinned, f"upstream = {str(demo.upstream_root())!r}\nfail-on = \"never\"\n")
+    log = tmp_path / "pids"
+    real = pkgindex.fetch
+
+    def fetch(name: str, version: str, dest: Path, sources: pkgindex.Sources) -> object:
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return real(name, version, dest, sources)
+
+    monkeypatch.setattr(pkgindex, "fetch", fetch)
+    stack_pins._ANSWERS.clear()
+    hold = threading.Event()
+    beside = threading.Thread(target=hold.wait)
+    beside.start()
+    try:
+        r = _review(pinned, tmp_path / "out", "--allow-unbound", "flashinfer", "--no-cache")
+    finally:
+        hold.set()
+        beside.join()
+    assert r.exit_code == 0, r.output
+    assert log.read_text(encoding="utf-8").split() == [str(os.getpid())]  # asked once, here
+    stages = [s["name"] for s in json.loads((tmp_path / "out" / "report.json").read_text())["stages"]]
+    assert "stack-pins" in stages
+
+
 def test_a_review_with_an_unbound_pin_the_index_could_not_answer_is_not_kept(pinned: Path, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     _config(pinned, f"upstream = {str(demo.upstream_root())!r}\nfail-on = \"never\"\n")

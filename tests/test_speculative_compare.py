@@ -77,3 +77,29 @@ def test_a_speculative_compare_of_other_releases_or_files_is_not_used(tmp_path: 
     assert SpeculativeCompare(Forked, found, config, up, None, NO_MEMO).take(found, (None, None), NO_MEMO) is None
     same = SpeculativeCompare(Forked, found, config, up, None, NO_MEMO).take(found, (up, None), NO_MEMO)
     assert same is not None and (same[2].files, same[2].ahead) == (0, len(found.files))
+
+
+def test_where_fork_is_refused_nothing_is_speculated(tmp_path: Path, audit_cache: Path) -> None:
+    """Forked refuses beside another thread; the compare stage then computes everything itself."""
+    import threading
+
+    from metax_audit import demo as demo_mod
+    from metax_audit.core.config import load_config
+    from metax_audit.pipeline.incremental import SpeculativeCompare
+    from metax_audit.stages import discover
+    from metax_audit.stages.upstream import resolve_upstream
+
+    repo = _port(tmp_path)
+    config = load_config(repo)
+    up = resolve_upstream(str(demo_mod.upstream_root()))
+    found = discover.discover(repo, config)
+    hold = threading.Event()
+    beside = threading.Thread(target=hold.wait)
+    beside.start()
+    try:
+        ahead = SpeculativeCompare(Forked, found, config, up, None, NO_MEMO)
+    finally:
+        hold.set()
+        beside.join()
+    assert ahead.child is not None and not ahead.child.started
+    assert ahead.take(found, (up, None), NO_MEMO) is None
