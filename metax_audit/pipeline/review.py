@@ -75,6 +75,9 @@ class _Run:
         start = time.perf_counter()
         yield notes
         self.stages.append(StageRecord(name, True, round(time.perf_counter() - start, 3), "; ".join(notes)))
+        from metax_audit.core.pysource import collect_if_grown
+
+        collect_if_grown()  # the collector is paused for the review (pysource.paused_gc)
 
     def skipped(self, name: str, why: str) -> None:
         self.stages.append(StageRecord(name, False, 0.0, why))
@@ -98,7 +101,7 @@ def review(options: ReviewOptions, progress: Progress | None = None, *, generate
 
 def _review(options: ReviewOptions, progress: Progress | None, generate_waivers: bool) -> ReviewResult:
     from metax_audit.cache.store import rejected_since, rejection_counts
-    from metax_audit.core.pysource import frozen_heap, relaxed_gc
+    from metax_audit.core.pysource import frozen_heap, paused_gc
     from metax_audit.pipeline import baseline as baseline_mod
     from metax_audit.pipeline import review_cache
 
@@ -115,7 +118,7 @@ def _review(options: ReviewOptions, progress: Progress | None, generate_waivers:
             # reviews the worktree (a config the baseline revision lacks would otherwise leave it the default).
             base_options = baseline_mod.baseline_options(options, rev, config=result.config)
             with frozen_heap():  # the review's parses are still alive: no collection needs to rescan them
-                with relaxed_gc():
+                with paused_gc():
                     served = review_cache.served_revision(base_options, progress, _still_kept(base_options))
                 base = served or _review_one(base_options, progress, False).report
                 report = baseline_mod.compare_with(result.report, base, rev)
@@ -141,7 +144,7 @@ def _review(options: ReviewOptions, progress: Progress | None, generate_waivers:
 
 
 def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bool) -> ReviewResult:
-    from metax_audit.core.pysource import relaxed_gc
+    from metax_audit.core.pysource import paused_gc
     from metax_audit.stages import snapshot as snapshot_mod
 
     started = time.perf_counter()
@@ -166,7 +169,7 @@ def _review_one(options: ReviewOptions, progress: Progress, generate_waivers: bo
             snap = replace(snap, notes=(*snap.notes, mode_note))
         run.stages.append(StageRecord("snapshot", True, round(time.perf_counter() - started, 3),
                                       f"{snap.mode} {snap.label}, {snap.files} files"))
-        with relaxed_gc():  # hundreds of live syntax trees: see pysource.relaxed_gc
+        with paused_gc():  # hundreds of live syntax trees: see pysource.paused_gc
             report, waivers_text, config = _audit_snapshot(snap, options, run, progress, started, generate_waivers)
     return ReviewResult(report, waivers_text, config)
 
