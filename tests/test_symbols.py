@@ -26,6 +26,10 @@ def test_the_names_a_text_binds_are_what_the_per_name_pattern_finds() -> None:
         try: import eps
         except ImportError: zeta = None
         s = "as theta"
+        xas as iota
+        reimport kappa, import lam
+        alias mu; bias_nu
+        rimport_ok = _as xi
         """)
     got = text_bound_names(text)
     for name in sorted(set(re.findall(r"\w+", text))):
@@ -34,5 +38,5 @@ def test_the_names_a_text_binds_are_what_the_per_name_pattern_finds() -> None:
                    rf"|\bimport\b[^\n#]*\b{n}\b|\bas[ \t]+{n}\b")
         assert (re.search(pattern, text, re.MULTILINE) is not None) == (name in got), name
     assert {"alpha", "beta", "gamma", "delta", "x_count", "y_flag", "first", "coro", "inner", "Klass", "field", "other",
-            "eps", "theta", "value"} <= got
-    assert not {"z_cmp", "second", "call", "import_like", "Base"} & got
+            "eps", "theta", "value", "iota", "lam"} <= got
+    assert not {"z_cmp", "second", "call", "import_like", "Base", "mu", "xi"} & got

@@ -109,8 +109,10 @@ class _PortRefs:
             found: list[tuple[str, int]] = []
             for rel in sorted(self._index.get(name, ())):
                 text = texts[rel]
+                line, at = 1, 0
                 for m in pattern.finditer(text):
-                    line = text.count("\n", 0, m.start()) + 1
+                    line += text.count("\n", at, m.start())  # from the last match on: one pass per file
+                    at = m.start()
                     if not (rel == path and first <= line <= last):
                         found.append((rel, line))
                         if len(found) > 20:
