@@ -812,6 +812,7 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
             absorb_consequences,
             check_capabilities,
             check_inactive_paths,
+            check_omitted_keywords,
             checks_for_review,
             counterpart_paths,
             op_findings,
@@ -829,9 +830,11 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
                                                platform_path=st.config.platform_path))
         up_calls = up_calls_child.result() if up_calls_child is not None else find_up_calls()
         stack = list(checks_for_review(discovery, trace, facts, upstream_calls=up_calls, vendor_ops=ops, memo=memo))
+        omitted = list(check_omitted_keywords(discovery.root, upstream.root if upstream else None,
+                                              counterpart_paths(comparison.files) if comparison else {}, memo=memo))
         inactive = list(check_inactive_paths(discovery, comparison, trace))  # counted with the report's files
         # The forked binding checks are waited for last, once the work above is done (same order of findings).
-        found = [*stack, *binding(), *op_names, *capabilities]
+        found = [*stack, *binding(), *op_names, *capabilities, *omitted]
         st.run.findings = absorb_consequences([*st.run.findings, *found])
         notes.append(f"{len(found)} findings" + (f"; {memo.describe()}" if memo is not None and memo.hits else "")
                      + ("; imports and attributes checked during the trace" if st.run.during_trace else ""))

@@ -236,6 +236,9 @@ SEVERITY: dict[str, tuple[tuple[str, str, str], ...]] = {
     "MXA212": ((W, "calls of one callee leave out keywords upstream passes at several call sites, nothing else there may "
                    "change a kernel, and the installed signature is unknown: one finding with every call site",
                 "`flash_attn_varlen_func(...)` without fa_version/q_descale at 5 calls in 4 functions, flash_attn not bound"),),
+    "MXA213": ((W, "the port call standing where upstream's call stands leaves out a keyword that upstream's call and the "
+                   "port's other calls of the same kernel pass: that path runs with the keyword's default",
+                "the else branch's `flash_attn_varlen_func(...)` without `s_aux=self.sinks`, which the split path's calls pass"),),
     "MXA300": ((I, "an adaptation sits behind a feature the platform switches off; the gate is the evidence",
                 "8 cascade places in flashinfer.py behind `disable_cascade_attn = True`"),),
     "MXA407": ((E, "an add-on probe measured semantics different from the expected hypothesis",
