@@ -12,7 +12,7 @@ record per fixed site:
   path       the fixed file (repo-relative, at the parent)
   lines      [first, last] line of the fixed site at the parent (a finding there; when none is, one within `slack` lines)
   kind       import | undefined-name | attribute | signature | registration | compiled-call |
-             custom-op | torch-ops | runtime-name | override | semantic (what breaks)
+             custom-op | torch-ops | runtime-name | override | omitted-keyword | semantic (what breaks)
   visible    whether a static tool could see it at all (semantic fixes: false, and not reviewed)
   also       other [path, first, last] sites where the same root cause may be reported
   upstream / base   the vLLM release the parent followed and the one before
@@ -48,6 +48,7 @@ KIND_RULES: dict[str, set[str]] = {
     "torch-ops": {"MXA174", "MXA170"},
     "registration": set(),
     "override": {"MXA207", "MXA208"},
+    "omitted-keyword": {"MXA213"},
 }
 KIND_CATEGORIES: dict[str, set[str]] = {
     "registration": {"registration"},
