@@ -251,6 +251,48 @@ def test_an_op_built_with_enforce_enable_is_raised_into_whatever_custom_ops_says
     assert "custom_ops" not in found.message
 
 
+UPSTREAM_LAYER = '''
+class _QuantOp(QuantFP8):
+    def _concat(self, a, b):
+        return cat(a, b)
+
+    forward_native = _make_forward(QuantFP8.forward_native)
+'''
+
+
+def test_a_disabled_op_is_no_way_out_when_the_port_drops_upstreams_forward_native(tmp_path: Path) -> None:
+    # vllm_metax master's _DecodeConcatQuantFP8: upstream's class defines forward_native (the concatenating one); the
+    # port's defines only forward_oot, so a disabled op runs the base class's forward_native instead
+    layer = OOT_LAYER.replace("class _QuantOp(CustomOp):", "class _QuantOp(QuantFP8):")
+    backend = OOT_BACKEND.replace("{dtypes}", '"fp8"').replace("{impl_body}", "    pass")
+    write_tree(tmp_path, {"port/layer.py": layer, "port/attn.py": backend, "up/vllm/layer.py": UPSTREAM_LAYER})
+    lines = backend.splitlines()
+    at = {n: next(i for i, ln in enumerate(lines, 1) if ln.startswith(f"class {n}")) for n in ("MyBackend", "MyImpl")}
+    chain = BackendChain("MINE", "port.attn.MyBackend", None, True, (
+        ChainHop("backend", "port.attn.MyBackend", "port/attn.py", at["MyBackend"]),
+        ChainHop("impl", "port.attn.MyImpl", "port/attn.py", at["MyImpl"]),
+    ), (), ())
+    disc = Discovery(tmp_path, "port", (SourceFile("port/attn.py", "port.attn", "glob"), SourceFile("port/layer.py", "port.layer", "glob")),
+                     (), (), (), {})
+
+    def found(counterparts: dict[str, str]) -> Finding:
+        [f] = [f for f in check_capabilities(disc, TraceResult((chain,), ()), upstream_root=tmp_path / "up",
+                                             counterparts=counterparts) if f.rule == "MXA184"]
+        return f
+
+    f = found({"port/layer.py": "vllm/layer.py"})
+    assert f.severity is Severity.ERROR
+    assert f.message.endswith("its forward_oot only raises; disabled, it runs QuantFP8.forward_native, not the "
+                              "forward_native upstream's _QuantOp defines")
+    assert f.evidence[-1] == ("disabled: port/layer.py:2: the port's _QuantOp defines no forward_native, so a disabled op "
+                              "runs the inherited QuantFP8.forward_native; upstream's class defines its own: vllm/layer.py:6: "
+                              "forward_native = _make_forward(QuantFP8.forward_native)")
+    # the port keeps upstream's forward_native, or there is no counterpart: the disabled op is the way out, as before
+    assert "disabled," not in found({}).message
+    write_tree(tmp_path, {"port/layer.py": layer.replace("    def forward_oot", "    forward_native = upstream_native\n\n    def forward_oot")})
+    assert "disabled," not in found({"port/layer.py": "vllm/layer.py"}).message
+
+
 def test_a_class_level_list_appended_to_on_every_config_check_is_a_warning(tmp_path: Path) -> None:
     from metax_audit.stages.checks.capabilities import check_config_hook_appends
 

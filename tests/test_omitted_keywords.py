@@ -8,13 +8,13 @@ import shutil
 import textwrap
 from pathlib import Path
 
+from conftest import git
 from typer.testing import CliRunner
 
 from metax_audit import demo
 from metax_audit.cli import app
 from metax_audit.core.models import Severity
 from metax_audit.stages.checks.omitted_keywords import check_omitted_keywords
-from tests.conftest import git
 
 REL = "v1/attention/backends/fa.py"
 UPSTREAM = """\

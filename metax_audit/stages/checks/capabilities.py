@@ -370,7 +370,7 @@ def check_capabilities(discovery: Discovery, trace: TraceResult, *, upstream_roo
                 seen.add(key)
                 yield _finding(root, chain, backend[0], impl[0], adv, guard, ast.unparse(guard.test) in up_tests)
     yield from check_causal(discovery, trace, upstream_root=upstream_root, counterparts=counterparts or {}, memo=memo)
-    yield from check_oot_raises(discovery, trace)
+    yield from check_oot_raises(discovery, trace, upstream_root=upstream_root, counterparts=counterparts or {})
     if platform_path and upstream_root is not None:
         yield from check_config_hook_appends(root, platform_path, upstream_root)
 
@@ -426,9 +426,12 @@ def _class_level_lists(upstream_root: Path, attrs: set[str]) -> dict[str, tuple[
 _QUANTIZED = re.compile(r"^(fp8\w*|int8\w*|fp4\w*|nvfp4\w*|int4\w*)$")
 
 
-def check_oot_raises(discovery: Discovery, trace: TraceResult) -> Iterator[Finding]:
+def check_oot_raises(discovery: Discovery, trace: TraceResult, *, upstream_root: Path | None = None,
+                     counterparts: dict[str, str] | None = None) -> Iterator[Finding]:
     """MXA184: a backend advertising a quantized KV-cache dtype whose layer calls, under a test of that dtype (and of
-    an impl attribute the impl's class sets True), a port CustomOp whose forward_oot only raises."""
+    an impl attribute the impl's class sets True), a port CustomOp whose forward_oot only raises. Where upstream's
+    class of the same name (in the op file's counterpart) defines a forward_native the port's class does not, a
+    disabled op is no way out either: it runs the inherited forward_native, not upstream's (said, with its line)."""
     root = discovery.root
     trees = {f.path: t for f in discovery.files if f.path.endswith(".py") for t in [parse_file(str(root / f.path))] if t is not None}
     classes = {n.name: (path, n) for path, t in trees.items() for n in t.body if isinstance(n, ast.ClassDef)}
@@ -466,21 +469,56 @@ def check_oot_raises(discovery: Discovery, trace: TraceResult) -> Iterator[Findi
                     # Built with enforce_enable=True the op is enabled whatever custom_ops says: the condition is gone.
                     enabled = ("(it is built with enforce_enable=True, so always enabled)" if attr in _enforced(holder)
                                else "with that CustomOp enabled (compilation_config.custom_ops)")
+                    native = _native_left_to_base(classes[ops[attr]][1], op_path, upstream_root, counterparts or {})
+                    disabled = ""
+                    if native is not None and attr not in _enforced(holder):
+                        disabled = (f"; disabled, it runs {native[2]}.forward_native, not the forward_native upstream's "
+                                    f"{ops[attr]} defines")
                     yield make_finding(
                         "MXA184", Location(path, call.lineno, f"oot-raises:{chain.name}:{ops[attr]}"),
                         f"NotImplementedError when {chain.name} runs with a {adv.value!r} KV cache: {holder.name}.{fn.name} calls "
                         f"self.{attr} ({ops[attr]}) under `{ast.unparse(gate)}`, and on an out-of-tree platform, {enabled}, "
-                        "its forward_oot only raises", [
+                        f"its forward_oot only raises{disabled}", [
                             f"advertised: {backend[0]}:{adv.line}: {adv.text}",
                             f"path: {path}:{call.lineno}: {source_line(root, path, call.lineno)}  (under `{ast.unparse(gate)}`)",
                             *(f"impl: {where}: {a} is True for {impl[1].rsplit('.', 1)[-1]}" for a, (_, where) in values.items()),
                             f"raises: {op_path}:{op_line}: {ops[attr]}.forward_oot only raises NotImplementedError",
                             "contract: vLLM's CustomOp.dispatch_forward runs forward_oot when the op is enabled and "
                             "current_platform.is_out_of_tree(); a disabled op runs forward_native instead",
+                            *([f"disabled: {op_path}:{classes[ops[attr]][1].lineno}: the port's {ops[attr]} defines no "
+                               f"forward_native, so a disabled op runs the inherited {native[2]}.forward_native; upstream's "
+                               f"class defines its own: {native[0]}:{native[1]}: "
+                               f"{source_line(upstream_root, native[0], native[1]) if upstream_root else ''}"]
+                              if disabled and native is not None else []),
                         ],
                         sites=[Site(backend[0], adv.line, chain.name, "advertised", adv.text),
                                Site(path, call.lineno, f"{holder.name}.{fn.name}", "call", ast.unparse(gate)),
                                Site(op_path, op_line, f"{ops[attr]}.forward_oot", "raise")])
+
+
+def _native_left_to_base(cls: ast.ClassDef, path: str, upstream_root: Path | None,
+                         counterparts: dict[str, str]) -> tuple[str, int, str] | None:
+    """(upstream path, line, the port class's first base) when upstream's class of this name, in the counterpart of
+    `path`, defines forward_native (a def or an assignment in its body) and the port's class does not."""
+    up_path = counterparts.get(path)
+    if upstream_root is None or up_path is None or _defines(cls, "forward_native") or not cls.bases:
+        return None
+    tree = parse_file(str(upstream_root / up_path))
+    theirs = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.name), None) if tree else None
+    line = _defines(theirs, "forward_native") if theirs is not None else 0
+    return (up_path, line, ast.unparse(cls.bases[0])) if line else None
+
+
+def _defines(cls: ast.ClassDef, name: str) -> int:
+    """The line where the class body defines `name` (a def, or an assignment to it), 0 when it does not."""
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            return node.lineno
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node.lineno
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return node.lineno
+    return 0
 
 
 def _only_raises_not_implemented(fn: ast.FunctionDef) -> bool:
