@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 # Why unearth (pdm's finder) and not hand-written index parsing, nor pypi-simple: it reads PEP 503 HTML and
@@ -80,12 +81,46 @@ def pip_settings(python: str | None = None) -> tuple[dict[str, str], str]:
     return out, ""
 
 
+PIP_SETTINGS_DIR = "pip-settings"  # under the stack cache: a fact of the environment, like the stack's
+
+
+def kept_pip_settings() -> dict[str, str]:
+    """pip_settings()'s answer for this interpreter, kept in the stack cache under config_identity(): the
+    digest of every input of that answer (pip's config files, the PIP_* variables, this interpreter and its
+    pip), so an equal identity is the same answer; a `pip config list` costs 0.3-0.6 s of CPU per review.
+    Where the identity cannot be had (not Linux) or pip could not answer, pip is asked and nothing is kept."""
+    import json
+
+    from metax_audit.core import inputs
+    from metax_audit.stages.introspect.cache import stack_cache_dir
+
+    identity = config_identity()
+    path = stack_cache_dir() / PIP_SETTINGS_DIR / f"{identity}.json" if identity is not None else None
+    if path is not None:
+        try:
+            kept = json.loads(inputs.read_text(path, follow_symlinks=False))
+        except (OSError, ValueError):
+            kept = None
+        if isinstance(kept, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in kept.items()):
+            return kept
+    settings, note = pip_settings()
+    if path is not None and not note:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(settings, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(tmp, path)  # atomic: a concurrent review reads no entry or the whole one
+        except OSError:
+            pass  # a read-only cache only costs the next review its speed
+    return settings
+
+
 def configured_sources(*, index_url: str | None = None, find_links: Sequence[str] = (),
                        settings: dict[str, str] | None = None) -> Sources:
     """Where a release is looked for, in order: $METAX_AUDIT_FIND_LINKS, the given find-links, pip's
     find-links, then the index (the given one, else pip's index-url, else PyPI) and pip's extra indexes
     (none of them with no-index). Local folders and file:// indexes that do not exist are skipped, and said."""
-    settings = pip_settings()[0] if settings is None else settings
+    settings = kept_pip_settings() if settings is None else settings
 
     def setting(key: str) -> tuple[str, str] | None:
         for scope in (":env:", "download", "global"):  # pip: variables over the command's section over [global]
@@ -232,15 +267,18 @@ def fetch(name: str, version: str, dest: Path, sources: Sources) -> Fetched | No
     the one the index published. Nothing is built, installed or imported."""
     absent: dict[str, None] = {}  # sources that answered "not here"
     failed: dict[str, str] = {}  # sources that could not answer, with why
-    for spec in (f"{name}=={version}", f"{name}>={version}.post0,<{version}.post100000"):
-        for source in sources.sources:
-            got, answer, ok = _from_source(spec, source, dest)
-            if got is not None:
-                return got
-            if ok:
-                absent[source.url] = None
-            else:
-                failed.setdefault(source.url, answer)
+    # One HTTP session for every source and both questions, and one finder per source: a session loads
+    # the CA bundle into an SSL context (0.06-0.25 s of CPU each), which unearth does once per finder.
+    with _Finders(sources) as finders:
+        for spec in (f"{name}=={version}", f"{name}>={version}.post0,<{version}.post100000"):
+            for source in sources.sources:
+                got, answer, ok = _from_source(spec, source, dest, finders)
+                if got is not None:
+                    return got
+                if ok:
+                    absent[source.url] = None
+                else:
+                    failed.setdefault(source.url, answer)
     parts = []
     if absent:
         parts.append(f"{name}=={version} (nor a post-release) is on none of {', '.join(absent)}")
@@ -251,16 +289,56 @@ def fetch(name: str, version: str, dest: Path, sources: Sources) -> Fetched | No
     return NotFetched("; ".join(parts) or "no index configured", definitive=not failed)
 
 
-def _from_source(spec: str, source: IndexSource, dest: Path) -> tuple[Fetched | None, str, bool]:
+class _Finders:
+    """unearth's PackageFinder of each source, made on first use and sharing one session (with the
+    credentials of every index, as unearth gives its own session), which is closed at the end."""
+
+    def __init__(self, sources: Sources) -> None:
+        self._indexes = [s.url for s in sources.sources if s.kind == "index"]
+        self._session: object | None = None
+        self._made: dict[IndexSource, object] = {}
+
+    def __enter__(self) -> _Finders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        close = getattr(self._session, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
+
+    def get(self, source: IndexSource) -> Any:  # an unearth.PackageFinder (unearth is imported late)
+        import unearth
+
+        finder = self._made.get(source)
+        if finder is None:
+            kind = {"index_urls": [source.url]} if source.kind == "index" else {"find_links": [source.url]}
+            # ignore_compatibility: only the .py files are read, so a wheel for any platform serves
+            finder = unearth.PackageFinder(self._shared(), **kind, ignore_compatibility=True)  # type: ignore[arg-type]
+            self._made[source] = finder
+        return finder
+
+    def _shared(self) -> object | None:
+        if self._session is None:
+            try:
+                from unearth.auth import MultiDomainBasicAuth
+                from unearth.fetchers import PyPIClient
+            except ImportError:  # another unearth layout: each finder makes its own session
+                return None
+            session = PyPIClient()
+            session.auth = MultiDomainBasicAuth(index_urls=self._indexes)
+            self._session = session
+        return self._session
+
+
+def _from_source(spec: str, source: IndexSource, dest: Path, finders: _Finders,
+                 ) -> tuple[Fetched | None, str, bool]:
     """(the file, "", True) or (None, what the source answered, whether it answered at all)."""
-    import unearth
     from unearth.preparer import download_link
 
-    kind = {"index_urls": [source.url]} if source.kind == "index" else {"find_links": [source.url]}
     with _listening() as heard:
         try:
-            # ignore_compatibility: only the .py files are read, so a wheel for any platform serves
-            finder = unearth.PackageFinder(**kind, ignore_compatibility=True)  # type: ignore[arg-type]
+            finder = finders.get(source)
             best = next(iter(finder.find_matches(spec)), None)
         except Exception as exc:  # an unreachable index, a refused connection, a broken page: this source's answer
             return None, f"{type(exc).__name__}: {exc}", False
