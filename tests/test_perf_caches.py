@@ -315,3 +315,19 @@ def test_a_complete_release_in_the_cache_is_fingerprinted_by_its_marker(audit_ca
     _bump(checkout / COMPLETE_MARKER, "fakevllm==1.0\n")
     (checkout / "fakevllm" / "new.py").write_text("x = 1\n", encoding="utf-8")
     assert introspect_cache._root_fingerprint(checkout) != first and walked[-1] == checkout
+
+
+def test_a_module_is_walked_from_its_node_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = ast.parse("def f(a):\n    return g(a) + h(a)\n")
+    listed: list[ast.AST] = []
+    real = pysource._walk_all
+    monkeypatch.setattr(pysource, "_walk_all", lambda t: listed.append(t) or real(t))
+    first = [id(n) for n in pysource.ast_walk(tree)]
+    for node in pysource.ast_walk(tree):  # a rename in place (the compare's) changes no node of the list
+        if isinstance(node, ast.Name) and node.id == "g":
+            node.id = "renamed"
+    assert [id(n) for n in pysource.ast_walk(tree)] == first == [id(n) for n in ast.walk(tree)]
+    assert listed == [tree]  # listed once for the three walks
+    body = tree.body[0]
+    assert [id(n) for n in pysource.ast_walk(body)] == [id(n) for n in ast.walk(body)]  # a statement: walked afresh
+    assert listed == [tree]
