@@ -318,7 +318,7 @@ def test_a_complete_release_in_the_cache_is_fingerprinted_by_its_marker(audit_ca
 
 
 def test_a_module_is_walked_from_its_node_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    tree = ast.parse("def f(a):\n    return g(a) + h(a)\n")
+    tree = ast.parse("y = g(a) + h(a)\n")
     listed: list[ast.AST] = []
     real = pysource._walk_all
     monkeypatch.setattr(pysource, "_walk_all", lambda t: listed.append(t) or real(t))
@@ -327,7 +327,22 @@ def test_a_module_is_walked_from_its_node_list(monkeypatch: pytest.MonkeyPatch) 
         if isinstance(node, ast.Name) and node.id == "g":
             node.id = "renamed"
     assert [id(n) for n in pysource.ast_walk(tree)] == first == [id(n) for n in ast.walk(tree)]
-    assert listed == [tree]  # listed once for the three walks
+    assert len(listed) == 1 and listed[0] is tree  # listed once for the three walks
     body = tree.body[0]
     assert [id(n) for n in pysource.ast_walk(body)] == [id(n) for n in ast.walk(body)]  # a statement: walked afresh
-    assert listed == [tree]
+    assert len(listed) == 1
+
+
+def test_a_definition_is_walked_from_its_node_list_and_a_copy_afresh() -> None:
+    import copy
+
+    tree = ast.parse("class A:\n    def f(self):\n        return f'{self.x}'\n")
+    cls = tree.body[0]
+    assert [id(n) for n in pysource.ast_walk(cls)] == [id(n) for n in ast.walk(cls)]
+    assert pysource._def_nodes(cls) is pysource._def_nodes(cls)
+    shallow = copy.copy(cls)
+    shallow.body = []  # the compare's shallow statement: its own walk, not the original's
+    assert [id(n) for n in pysource.ast_walk(shallow)] == [id(n) for n in ast.walk(shallow)]
+    deep = copy.deepcopy(cls)
+    assert [type(n) for n in pysource.ast_walk(deep)] == [type(n) for n in ast.walk(cls)]
+    assert not {id(n) for n in pysource.ast_walk(deep)} & {id(n) for n in ast.walk(cls)}

@@ -577,9 +577,31 @@ def ast_walk(node: ast.AST) -> Iterator[ast.AST]:
     (about a million nodes per review), and iterating a tuple costs a twentieth of this generator.
     That list holds while no node is added to or removed from the tree, which no stage does to a
     module it read (the compare's renames change names in place; the platform fold works on a copy)."""
-    if type(node) is ast.Module:
+    kind = type(node)
+    if kind is ast.Module:
         return iter(walk_nodes(node))
+    if kind in _LISTED_DEFS:
+        return iter(_def_nodes(node))
     return _walk_generator(node)
+
+
+# Classes and functions are walked whole by several checks each (attributes, capabilities, names, the
+# trace's scopes): their node lists are kept too, by identity, as walk_nodes keeps a module's. A copy
+# (the compare's shallow statements, a deep copy to strip or fold) is another object, listed afresh.
+_LISTED_DEFS = frozenset({ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef})
+_DEF_NODES: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}
+_DEF_NODES_MAX = 16384
+
+
+def _def_nodes(node: ast.AST) -> tuple[ast.AST, ...]:
+    hit = _DEF_NODES.get(id(node))
+    if hit is not None and hit[0] is node:  # the entry keeps the node alive, so its id cannot be reused
+        return hit[1]
+    nodes = _walk_all(node)
+    if len(_DEF_NODES) >= _DEF_NODES_MAX:
+        _DEF_NODES.pop(next(iter(_DEF_NODES)))
+    _DEF_NODES[id(node)] = (node, nodes)
+    return nodes
 
 
 def _walk_generator(node: ast.AST) -> Iterator[ast.AST]:
