@@ -172,3 +172,24 @@ def test_only_limits_the_export_to_named_top_level_paths(repo: Path, mode: str, 
     with snapshot(mode, repo, rev, only=("pkg", "missing.yaml")) as snap:
         assert (snap.root / "pkg" / "a.py").exists()
         assert not (snap.root / "other").exists()
+
+
+@pytest.mark.parametrize(("mode", "rev"), [("staged", None), ("worktree", None), ("rev", "HEAD")])
+def test_a_static_export_holds_the_packages_python_sources_and_every_file_of_the_rest(repo: Path, mode: str,
+                                                                                     rev: str | None) -> None:
+    from metax_audit.stages.snapshot import static_export
+
+    files = {"pkg/configs/E=8,N=64.json": "{}\n", "pkg/stubs.pyi": "X: int\n", "pkg/README.md": "# pkg\n",
+             "csrc/ops.cu": "// op\n", "csrc/registry.json": "{}\n", "requirements/vendor.txt": "flashinfer==0.2.6\n"}
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git(repo, "add", *files)
+    if mode == "rev":
+        git(repo, "commit", "-q", "-m", "data files")
+    with snapshot(mode, repo, rev, only=static_export("pkg")) as snap:
+        assert (snap.root / "pkg" / "a.py").exists() and (snap.root / "pkg" / "stubs.pyi").exists()
+        assert not (snap.root / "pkg" / "configs").exists() and not (snap.root / "pkg" / "README.md").exists()
+        # native sources and stack pins are exported whole: the op-registration scan reads them by its own suffixes
+        assert (snap.root / "csrc" / "ops.cu").exists() and (snap.root / "csrc" / "registry.json").exists()
+        assert (snap.root / "requirements" / "vendor.txt").exists()

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from metax_audit.core.memo import Memo
     from metax_audit.core.models import Comparison, Discovery, Finding, UpstreamInfo
     from metax_audit.stages.compare.per_file import ComparedParts, CompareWork
+    from metax_audit.stages.snapshot import Exported
 
 _CompareResult = tuple["Comparison", list["Finding"], "CompareWork"]
 
@@ -66,11 +67,11 @@ def revision_commit(repo: Path | None, rev: str) -> tuple[Path, str] | None:
     return (top, sha) if sha else None
 
 
-def _memo_key(commit: str, only: tuple[str, ...], config_file: Path | None) -> Key:
+def _memo_key(commit: str, only: tuple[Exported, ...], config_file: Path | None) -> Key:
     return resultcache.key(Kind.REVISION, commit, list(only), resultcache.file_digest(config_file) if config_file else None)
 
 
-def remember_revision(commit: str, only: tuple[str, ...], config_file: Path | None, root: Path, digest: str,
+def remember_revision(commit: str, only: tuple[Exported, ...], config_file: Path | None, root: Path, digest: str,
                       config: AuditConfig) -> None:
     """Record what the snapshot of `commit` (exported as `only`) holds, for revision_entry."""
     waivers = None
@@ -80,7 +81,7 @@ def remember_revision(commit: str, only: tuple[str, ...], config_file: Path | No
     resultcache.store(_memo_key(commit, only, config_file), RevisionEntry(digest, config, waivers))
 
 
-def revision_entry(commit: str, only: tuple[str, ...], config_file: Path | None,
+def revision_entry(commit: str, only: tuple[Exported, ...], config_file: Path | None,
                    explicit_waivers: Path | None) -> RevisionEntry | None:
     """The memo of `commit`, or None: also when the config names a waivers file the revision lacks
     (the review itself says what that means)."""

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from metax_audit.stages.compare.carried import Carried
     from metax_audit.stages.dataflow import LseFlow
     from metax_audit.stages.introspect.stack_pins import StackBinding
+    from metax_audit.stages.snapshot import Exported
     from metax_audit.stages.trace.symbols import SymbolTable
 
 T = TypeVar("T")
@@ -60,7 +61,7 @@ class _Run:
     stages: list[StageRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)  # run when the review ends, however
-    export: tuple[str, ...] = ()  # what the snapshot exported (the revision memo's key, incremental.py)
+    export: tuple[Exported, ...] = ()  # what the snapshot exported (the revision memo's key, incremental.py)
     during_trace: bool = False  # the imports/attributes checks and the dataflow ran during the trace (_after_trace)
     unbound: list[UnboundPackage] = field(default_factory=list)  # accepted with allow-unbound (_stack_pins_stage)
     # the (public base, module) of each accepted unbound pin whose "not on the index" is kept (stack_pins.kept_miss);

@@ -18,6 +18,7 @@ from metax_audit.stages.upstream import Commit
 
 if TYPE_CHECKING:
     from metax_audit.core.options import ReviewOptions
+    from metax_audit.stages.snapshot import Exported
 
 
 def cacheable(options: ReviewOptions) -> bool:
@@ -128,7 +129,7 @@ def served_revision(options: ReviewOptions, progress: Progress, still_kept: Call
 
 
 def entry_for(snap: SnapshotInfo, config: AuditConfig, options: ReviewOptions, progress: Progress,
-              export: tuple[str, ...]) -> Key | None:
+              export: tuple[Exported, ...]) -> Key | None:
     """The result-cache key of this review (None when it must run afresh); a revision's review is also
     remembered in the revision memo by what the snapshot exported."""
     if not cacheable(options):

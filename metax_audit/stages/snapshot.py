@@ -9,6 +9,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -172,8 +173,32 @@ def _index_entries(repo: Path) -> list[IndexEntry]:
     return parse_stage(res.stdout)
 
 
-def _selected(path: str, only: tuple[str, ...]) -> bool:
-    return not only or any(path == o or path.startswith(o.rstrip("/") + "/") for o in only)
+@dataclass(frozen=True)
+class PythonSourcesOf:
+    """A directory of which only the Python sources are exported: every static stage lists and reads a
+    package's files by their .py suffix, so its other files (the port's 253 JSON kernel configs, 3.7 MB of
+    its 584 exported files) would be written and removed for nothing."""
+
+    path: str
+    suffixes: tuple[str, ...] = (".py", ".pyi")
+
+    def __str__(self) -> str:
+        return self.path
+
+
+Exported = str | PythonSourcesOf  # one path of an export selection
+
+
+def _selected(path: str, only: tuple[Exported, ...]) -> bool:
+    if not only:
+        return True
+    for o in only:
+        if isinstance(o, PythonSourcesOf):
+            if path.startswith(o.path.rstrip("/") + "/") and path.endswith(o.suffixes):
+                return True
+        elif path == o or path.startswith(o.rstrip("/") + "/"):
+            return True
+    return False
 
 
 # A path longer than this (repo-relative, in bytes) is not exported: below a temp or cache dir it
@@ -192,7 +217,7 @@ def _bounded(paths: list[str]) -> tuple[set[str], list[str]]:
     return long, [f"{len(long)} file(s) not exported: a path longer than {MAX_PATH_BYTES} bytes (first: {shown})"]
 
 
-def _export_index(repo: Path, dest: Path, entries: list[IndexEntry], only: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+def _export_index(repo: Path, dest: Path, entries: list[IndexEntry], only: tuple[Exported, ...] = ()) -> tuple[int, list[str]]:
     """Write the selected index entries under `dest` as their blobs' raw bytes (write_entries)."""
     selected = [e for e in entries if _selected(e.path, only)]
     unmerged = sorted({e.path for e in selected if e.stage != "0"})
@@ -289,7 +314,7 @@ def _contain_links(root: Path) -> list[str]:
     return notes
 
 
-def _worktree_paths(repo: Path, only: tuple[str, ...]) -> tuple[list[str], set[str]]:
+def _worktree_paths(repo: Path, only: tuple[Exported, ...]) -> tuple[list[str], set[str]]:
     """The worktree's tracked and untracked-not-ignored paths in the selection, sorted, and the gitlinks."""
     entries = _index_entries(repo)
     res = _git(repo, "ls-files", "-z", "--others", "--exclude-standard")
@@ -343,7 +368,7 @@ def _mkdir_in(root: Path, rel: str) -> None:
     target.mkdir()
 
 
-def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) -> tuple[str, int, list[str]]:
+def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[Exported, ...] = ()) -> tuple[str, int, list[str]]:
     resolved = _git(repo, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
     if resolved.returncode != 0 or not resolved.stdout.strip():
         raise SnapshotError(f"unknown revision {rev!r} in {repo}")
@@ -351,11 +376,11 @@ def _export_rev(repo: Path, rev: str, dest: Path, only: tuple[str, ...] = ()) ->
     pathspecs: list[str] = []
     if only:
         top_names = set(_git(repo, "ls-tree", "--name-only", "-z", sha).stdout.split("\0"))
-        pathspecs = [o for o in only if o.split("/")[0] in top_names]
+        pathspecs = [str(o) for o in only if str(o).split("/")[0] in top_names]
         if not pathspecs:
-            return sha, 0, [f"none of {', '.join(only)} exists at {rev}"]
+            return sha, 0, [f"none of {', '.join(map(str, only))} exists at {rev}"]
     try:
-        entries = gitcmd.ls_tree(repo, sha, *pathspecs)
+        entries = [e for e in gitcmd.ls_tree(repo, sha, *pathspecs) if _selected(e.path, only)]
     except SubprocessError as exc:
         raise SnapshotError(f"reading {rev} failed: {exc}") from exc
     long, notes = _bounded([e.path for e in entries])
@@ -433,7 +458,7 @@ def snapshot(
     *,
     package: str = "vllm_metax",
     python: str | None = None,
-    only: tuple[str, ...] = (),
+    only: tuple[Exported, ...] = (),
     keep: KeptTrees | None = None,
 ) -> Iterator[SnapshotInfo]:
     """Export the subject under review into a temp dir, yield its record, always remove it.
@@ -519,7 +544,7 @@ def _hold_kept_worktree(keep: KeptTrees, top: Path, rels: list[str], gitlinks: s
     return keep.hold_worktree(top, rels)
 
 
-def _hold_kept(keep: KeptTrees, top: Path, gitdir: Path | None, entries: list[IndexEntry], only: tuple[str, ...],
+def _hold_kept(keep: KeptTrees, top: Path, gitdir: Path | None, entries: list[IndexEntry], only: tuple[Exported, ...],
                ) -> HeldTree | None:
     """The kept snapshot of the selected index entries, or None: not a plain tree, or held by another review."""
     selected = [e for e in entries if _selected(e.path, only)]
@@ -568,9 +593,9 @@ def export_config(repo: Path | None, mode: str, config_file: Path | None) -> Aud
     return AuditConfig()
 
 
-def static_export(package: str, config: AuditConfig | None = None) -> tuple[str, ...]:
-    """What a static review exports: the port package, its config, the port's C++ sources (op
-    registrations) and the files that pin its kernel stack."""
+def static_export(package: str, config: AuditConfig | None = None) -> tuple[Exported, ...]:
+    """What a static review exports: the port package's Python sources, its config, the port's C++ sources
+    (op registrations) and the files that pin its kernel stack."""
     config = config or AuditConfig()
-    return (package.replace(".", "/"), "pyproject.toml", ".metax-audit.yaml", *config.native_sources,
+    return (PythonSourcesOf(package.replace(".", "/")), "pyproject.toml", ".metax-audit.yaml", *config.native_sources,
             *config.stack_files)
