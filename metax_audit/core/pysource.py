@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import ast
 import atexit
+import contextlib
 import gc
 import io
 import os
+import pickle
 import re
+import sys
 import tokenize
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -471,14 +474,70 @@ def cached_parse(path: str | Path) -> tuple[str, ast.Module]:
     if entry.text is None:
         raise entry.decode_error.with_traceback(None)  # type: ignore[union-attr]
     if entry.tree is None and entry.parse_error is None:
-        try:
-            entry.tree = parse(entry.text, filename=os.path.abspath(path))
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            entry.parse_error = exc
+        key = os.path.abspath(path)
+        kept = _kept_tree_file(key)
+        entry.tree = _load_kept_tree(kept, entry.stamp) if kept is not None else None
+        if entry.tree is None:
+            try:
+                entry.tree = parse(entry.text, filename=key)
+            except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+                entry.parse_error = exc
+            if kept is not None and entry.tree is not None:
+                _store_kept_tree(kept, entry.stamp, entry.tree)
     if entry.parse_error is not None:
         raise entry.parse_error.with_traceback(None)
     assert entry.tree is not None
     return entry.text, entry.tree
+
+
+# Parsed trees of a source tree that never changes (a release extracted into the upstream cache) are kept
+# beside the cache, like bytecode beside a module: loading one takes about half the time of parsing and
+# pruning it again (5.8 vs 12 ms for an 85 KB vLLM module), and a review reads about 170 upstream modules
+# in three processes. A kept tree carries the size and mtime of the file it was parsed from and is used
+# only while they match; any failure to read or write one is a parse here, never an error.
+_TREE_FORMAT = f"py{sys.version_info[0]}{sys.version_info[1]}-depth{EXPR_DEPTH_LIMIT}-v1"
+_TREE_STORES: dict[str, Path] = {}  # a source root (absolute, with a trailing separator) -> the folder of its trees
+
+
+def keep_trees_under(root: Path, store: Path) -> None:
+    """Keep the parsed trees of every file under `root` in `store` (both folders; `root` must not change
+    while it is registered: an extracted release, whose files are only ever replaced whole)."""
+    _TREE_STORES[os.path.join(os.path.abspath(root), "")] = store / _TREE_FORMAT
+
+
+def forget_kept_trees() -> None:
+    """Stop keeping trees for every registered root (tests)."""
+    _TREE_STORES.clear()
+
+
+def _kept_tree_file(key: str) -> Path | None:
+    for root, store in _TREE_STORES.items():
+        if key.startswith(root):
+            return store / (key[len(root):] + ".pickle")
+    return None
+
+
+def _load_kept_tree(kept: Path, stamp: tuple[int, int]) -> ast.Module | None:
+    try:
+        with open(kept, "rb") as fh:
+            kept_stamp, tree = pickle.load(fh)  # our own cache's bytes, as trusted as its sources
+    except FileNotFoundError:
+        return None
+    except Exception:  # a truncated or foreign file: parse instead (and write it anew)
+        return None
+    return tree if kept_stamp == stamp and isinstance(tree, ast.Module) else None
+
+
+def _store_kept_tree(kept: Path, stamp: tuple[int, int], tree: ast.Module) -> None:
+    partial = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb") as fh:
+            pickle.dump((stamp, tree), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, kept)  # a reader sees the whole file or none
+    except (OSError, pickle.PicklingError, RecursionError):
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
 
 
 def read_source_cached(root: Path, rel_path: str, max_bytes: int) -> ParsedSource:

@@ -17,7 +17,7 @@ from metax_audit.core import fstree, gitcmd, subproc, tempdirs
 from metax_audit.core.cachedir import cache_root
 from metax_audit.core.errors import ConfigError, SubprocessError, UpstreamError
 from metax_audit.core.models import UpstreamInfo
-from metax_audit.core.pysource import ast_walk
+from metax_audit.core.pysource import ast_walk, keep_trees_under
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
@@ -164,6 +164,7 @@ def _from_git(repo: Path, rev: str, package: str, root_dir: Path) -> UpstreamInf
         _archive(repo, sha, package, entry, root_dir)
     if not (entry / package).is_dir():
         raise UpstreamError(f"{repo}@{rev} (commit {sha[:12]}) holds no '{package}' package at its top level")
+    _keep_trees(entry, root_dir)
     described = gitcmd.run(repo, "describe", "--tags", "--always", sha, timeout=60)
     version = read_version(entry, package) or (described.stdout.strip() if described.returncode == 0 else None)
     return UpstreamInfo(package=package, version=version or sha[:12], source=f"git:{repo}@{rev} (commit {sha})",
@@ -215,8 +216,15 @@ def _from_pip(name: str, version: str, package: str, root_dir: Path) -> Upstream
         _download_and_extract(pin, entry, root_dir)
     if not (entry / package).is_dir():
         raise UpstreamError(f"{pin} (cache {entry}) holds no '{package}' package; is --upstream the right distribution?")
+    _keep_trees(entry, root_dir)
     found = read_version(entry, package) or version
     return UpstreamInfo(package=package, version=found, source=f"pip:{pin} (cache {entry})", root=entry)
+
+
+def _keep_trees(entry: Path, root_dir: Path) -> None:
+    """A complete cache entry is never written again (only removed and extracted whole): the parsed
+    trees of its modules are kept in `<cache>/upstream-trees/<entry>/` for the reviews that follow."""
+    keep_trees_under(entry, root_dir / "upstream-trees" / entry.name)
 
 
 def _download_and_extract(pin: str, entry: Path, root_dir: Path) -> None:
