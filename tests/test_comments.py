@@ -106,3 +106,65 @@ def test_comment_above_and_trailing() -> None:
 @pytest.mark.parametrize("src", ["x = (\n", "def f(:\n  pass\n"])
 def test_broken_source_does_not_raise(src: str) -> None:
     read_comments(src + "# Metax Modification: x\n", MARKERS)
+
+
+# scan_comments answers for a source that parses what tokenize answers: the same comments (text, and
+# whether code precedes each on its line) and the same lines holding code. The shapes below are the ones
+# a scan of comments and literals alone could get wrong.
+SCAN_SHAPES = {
+    "hash in literals": 'x = "a # not a comment"  # real\ny = \'#\' + "#"\n',
+    "quote in comment": "x = 1  # it's \"quoted\"\n# don't\ny = 2\n",
+    "triple quoted": 'def f():\n    """Doc with # inside\n\n    # an indented look-alike\n    """\n    return 1  # after\n',
+    "triple single": "s = '''a\n# no\n'''  # yes\n",
+    "quotes inside triple": 's = """ "x" \'y\' ""z"" """  # c\n',
+    "implicit concatenation": 'x = (\n    "a"\n    # between the pieces\n    "b"\n)\n',
+    "escapes": 'x = "a\\"# b"  # c\ny = \'\\\\\'  # d\n',
+    "continued literal": 'x = "a\\\nb # in"  # out\n',
+    "backslash continuation": "x = 1 + \\\n    2  # two\n",
+    "prefixes": 'a = rb"\\d#"  # r\nb = f"{x!r:>10}#"  # f\nc = Rb\'\'\'\n#\n\'\'\'\n',
+    "f-string braces": 'x = f"{a[\'k\']} # {b}"  # end\n',
+    "blank lines and comment-only lines": "\n\n# top\n\n\ndef g():\n\n    # inside\n    pass\n# bottom\n",
+    "comment at end without newline": "x = 1\n# last",
+    "empty comment": "x = 1  #\n#\n",
+    "tabs and form-free whitespace": "if x:\n\ty = 1\t# tab\n",
+    "nested brackets across lines": "call(\n    a,  # first\n    # alone\n    b,\n)\n",
+    "multi-line string with blank lines": 'x = """\n\n\n"""\ny = 1\n',
+}
+
+
+@pytest.mark.parametrize("source", SCAN_SHAPES.values(), ids=SCAN_SHAPES.keys())
+def test_the_comment_scan_answers_what_tokenize_answers(source: str) -> None:
+    import ast
+
+    from metax_audit.core.comments import _tokenized_comments, scan_comments
+
+    ast.parse(source)  # the scan is only asked about sources that parse
+    scanned = scan_comments(source)
+    assert scanned is not None
+    assert scanned == _tokenized_comments(source)
+
+
+def test_odd_line_breaks_leave_the_comments_to_tokenize() -> None:
+    from metax_audit.core.comments import scan_comments
+
+    assert scan_comments("x = 1\r# c\r") is None
+    assert scan_comments("x = 1  # a\x0cb\n") is None
+
+
+def test_a_parsed_source_and_a_tokenized_one_read_the_same_blocks() -> None:
+    import ast
+
+    source = textwrap.dedent("""\
+        x = 1
+        # /------  Metax Modification ------\\\\
+        # vendor kernel has no out= argument
+        y = f(x)  # "#" kept
+        s = '''
+        # ---- Metax Modification: not a block, a string
+        '''
+        # \\\\------  Metax Modification ------/
+        z = g(y)
+        """)
+    fast = read_comments(source, MARKERS, ast.parse(source))
+    slow = read_comments(source, MARKERS)
+    assert fast == slow and fast.blocks and 6 not in fast.comments
