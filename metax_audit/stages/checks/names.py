@@ -66,6 +66,14 @@ def _targets(node: ast.AST) -> Iterator[str]:
             yield n.value.id
 
 
+# The node kinds _local_bindings reads (every other node only leads to its children).
+_BINDING_KINDS = frozenset({
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.GeneratorExp,
+    ast.DictComp, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ExceptHandler, ast.MatchAs, ast.MatchStar,
+    ast.MatchMapping, ast.Name,
+})
+
+
 def _local_bindings(body: list[ast.stmt]) -> set[str]:
     """Names a function or class body binds (not those of nested functions, classes, lambdas and
     comprehensions, whose own scopes bind them; a walrus inside a comprehension binds here)."""
@@ -73,6 +81,9 @@ def _local_bindings(body: list[ast.stmt]) -> set[str]:
     stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
+        if node.__class__ not in _BINDING_KINDS:  # most nodes: one type lookup instead of ten isinstance tests
+            stack.extend(ast_children(node))
+            continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             out.add(node.name)
             stack.extend(node.decorator_list)

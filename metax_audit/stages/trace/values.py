@@ -168,6 +168,11 @@ class Scope:
 _FunctionNames = tuple[dict[str, list[ast.expr]], dict[str, str], dict[str, ast.arg], set[str], dict[str, ast.AST]]
 
 
+_OWN_SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda})  # _walk_body does not enter them
+_INDEXED = frozenset({ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Import, ast.ImportFrom, ast.For, ast.comprehension,
+                      ast.withitem})
+
+
 def _index_function(info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionDef) -> _FunctionNames:
     assigns: dict[str, list[ast.expr]] = {}
     lazy: dict[str, str] = {}
@@ -177,9 +182,19 @@ def _index_function(info: ModuleInfo, node: ast.FunctionDef | ast.AsyncFunctionD
     a = node.args
     for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x)]:
         params[p.arg] = p
-    for sub in _walk_body(node):
-        if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            localdefs[sub.name] = sub
+    # _walk_body's nodes in its order, walked here: most nodes are none of the kinds below, and one
+    # type lookup instead of seven isinstance tests each was a third of this index (450 functions per review)
+    stack = ast_children(node)
+    while stack:
+        sub = stack.pop()
+        kind = sub.__class__
+        if kind in _OWN_SCOPES:
+            if kind is not ast.Lambda:
+                localdefs[sub.name] = sub  # type: ignore[attr-defined]
+            continue
+        stack.extend(ast_children(sub))
+        if kind not in _INDEXED:
+            continue
         if isinstance(sub, ast.Assign):
             for t in sub.targets:
                 for name, expr in _targets(t, sub.value):
