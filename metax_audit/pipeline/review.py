@@ -814,6 +814,7 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
             check_capabilities,
             check_inactive_paths,
             check_omitted_keywords,
+            checked_callers,
             checks_for_review,
             counterpart_paths,
             op_findings,
@@ -822,7 +823,8 @@ def _checks_stage(st: _Stages, discovery: Discovery, trace: TraceResult, compari
         )
 
         facts = collect_facts()  # first: its waiting thread is gone before the fork (Forked never forks beside one)
-        find_up_calls = partial(upstream_calls, comparison, upstream, st.config, memo=st.memo)
+        find_up_calls = partial(upstream_calls, comparison, upstream, st.config, memo=st.memo,
+                                callers=checked_callers(trace, facts))
         up_calls_child = fork(find_up_calls, nice=0) if fork is not None else None  # waited for below: no lower share
         ops = op_table_for_review(discovery, st.config, upstream, facts, memo=st.memo)
         op_names = op_findings(discovery, st.config, upstream, facts, table=ops, memo=memo)

@@ -32,7 +32,7 @@ from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.omitted_keywords import check_omitted_keywords
 from metax_audit.stages.checks.op_registrations import OpTable
 from metax_audit.stages.checks.ops import op_findings, op_table_for_review
-from metax_audit.stages.checks.upstream_calls import upstream_calls
+from metax_audit.stages.checks.upstream_calls import checked_callers, upstream_calls
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig
@@ -42,10 +42,24 @@ if TYPE_CHECKING:
 
 # The checks the pipeline runs itself: inactive paths (over the comparison) and the judgement of
 # the dataflow stage's facts (run with it in the forked child).
-__all__ = ["FileMemo", "absorb_consequences", "binding_checks", "check_capabilities", "check_dataflow", "check_inactive_paths",
-           "check_omitted_keywords",
-           "checks_for_review", "counterpart_paths", "dataflow_for_review", "discovery_checks", "op_findings", "op_table_for_review", "run_checks",
-           "upstream_calls"]
+__all__ = [
+    "FileMemo",
+    "absorb_consequences",
+    "binding_checks",
+    "check_capabilities",
+    "check_dataflow",
+    "check_inactive_paths",
+    "check_omitted_keywords",
+    "checked_callers",
+    "checks_for_review",
+    "counterpart_paths",
+    "dataflow_for_review",
+    "discovery_checks",
+    "op_findings",
+    "op_table_for_review",
+    "run_checks",
+    "upstream_calls",
+]
 
 
 def run_checks(

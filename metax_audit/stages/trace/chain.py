@@ -54,8 +54,10 @@ def _backend_registrations(registrations: tuple[Registration, ...]) -> list[Regi
 
 class _Tracer:
     def __init__(self, discovery: Discovery, config: AuditConfig, upstream_root: Path | None, symbols: SymbolTable | None = None,
-                 memo_common: list[str] | None = None, memo_count: MemoCount | None = None, memo: Memo = NO_MEMO) -> None:
+                 memo_common: list[str] | None = None, memo_count: MemoCount | None = None, memo: Memo = NO_MEMO,
+                 only_functions: frozenset[str] | None = None) -> None:
         self.discovery = discovery
+        self.only_functions = only_functions  # the file-wide call sites of functions and methods of these names only
         self.config = config
         if symbols is None:
             symbols = SymbolTable(ModuleIndex(Path(discovery.root), config.port_package, upstream_root, config.upstream_package, config.max_file_bytes))
@@ -334,7 +336,8 @@ class _Tracer:
                 continue
             module = _module_name(sf.path)
             walked = sorted(w for w in self._walked if w.startswith(module + "."))
-            found, result = self.memo.unit(["scope", sf.path, walked], partial(self._file_scope_calls, sf.path))
+            key = ["scope", sf.path, walked] + ([] if self.only_functions is None else [sorted(self.only_functions)])
+            found, result = self.memo.unit(key, partial(self._file_scope_calls, sf.path))
             sites += found
             skips.update((s.path, s) for s in result.skips)
         return sites
@@ -344,6 +347,7 @@ class _Tracer:
         out = Collected()
         walker = Walker(self.r, self.classifier, out, Budget(max_depth=0, max_functions=20_000), follow_upstream_methods=False, record_attrs=False)
         info = self.index.module_for_path(path)
+        only = self.only_functions
         if info is not None:
             for node in info.tree.body:
                 # Functions a chain walked already have their (more precise) call sites; Triton
@@ -351,10 +355,13 @@ class _Tracer:
                 if is_triton_kernel(node):
                     continue
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and f"{info.name}.{node.name}" not in self._walked:
-                    self._guarded(walker, Func(f"{info.name}.{node.name}", info, node))
+                    if only is None or node.name in only:
+                        self._guarded(walker, Func(f"{info.name}.{node.name}", info, node))
                 elif isinstance(node, ast.ClassDef):
                     cls = Cls(f"{info.name}.{node.name}", info, node)
                     for item in node.body:
+                        if only is not None and getattr(item, "name", None) not in only:
+                            continue  # each function is walked alone (no callee is followed): the rest need not be
                         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and f"{cls.dotted}.{item.name}" not in self._walked:
                             self._guarded(walker, Func(f"{cls.dotted}.{item.name}", info, item, owner=cls, bound=Inst(cls)))
         sites = list(out.calls.values())
@@ -390,12 +397,14 @@ def is_kernel_call(c: CallSite) -> bool:
 
 def trace_backends(discovery: Discovery, config: AuditConfig, upstream_root: Path | None = None,
                    symbols: SymbolTable | None = None, memo_common: list[str] | None = None,
-                   memo_count: MemoCount | None = None, memo: Memo = NO_MEMO) -> TraceResult:
+                   memo_count: MemoCount | None = None, memo: Memo = NO_MEMO,
+                   only_functions: frozenset[str] | None = None) -> TraceResult:
     """Trace every registered attention backend (and MLA prefill backend) of the snapshot, by ast only.
 
     With `symbols` the trace reads through the review's one module index (which the checks ask
     afterwards, reusing every module parsed here); without, it builds its own over `upstream_root`.
     With `memo_common` (what every unit depends on besides its own reads: the upstream release and
     the config) each backend's chain and each file's call sites are asked of `memo` (the review's keeps
-    them between reviews); `memo_count` receives how many were served from it."""
-    return _Tracer(discovery, config, upstream_root, symbols, memo_common, memo_count, memo).run()
+    them between reviews); `memo_count` receives how many were served from it. With `only_functions` the
+    file-wide call sites are those of the functions and methods of these names alone."""
+    return _Tracer(discovery, config, upstream_root, symbols, memo_common, memo_count, memo, only_functions).run()
