@@ -115,3 +115,21 @@ def test_a_directory_upstream_keeps_nothing(tmp_path: Path) -> None:
     resolve_upstream(str(tmp_path), cache_dir=tmp_path / "cache")  # a working directory may change at any time
     pysource.cached_parse(tmp_path / "vllm" / "layer.py")
     assert not list(tmp_path.rglob("*.pickle"))
+
+
+def test_a_cache_entry_named_by_its_path_keeps_its_trees_too(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    entry = cache / "upstream" / "vllm-9.9.9"
+    (entry / "vllm").mkdir(parents=True)
+    (entry / "vllm" / "layer.py").write_text(SOURCE, encoding="utf-8")
+    (entry / COMPLETE_MARKER).write_text("vllm==9.9.9\n", encoding="utf-8")
+    resolve_upstream(str(entry), cache_dir=cache)
+    pysource.cached_parse(entry / "vllm" / "layer.py")
+    assert [p.name for p in (cache / "upstream-trees" / "vllm-9.9.9").rglob("*.pickle")] == ["layer.py.pickle"]
+    (entry / COMPLETE_MARKER).unlink()  # an extraction under way is not kept
+    pysource.forget_kept_trees()
+    pysource.clear_source_cache()
+    resolve_upstream(str(entry), cache_dir=cache)
+    (entry / "vllm" / "other.py").write_text(SOURCE, encoding="utf-8")
+    pysource.cached_parse(entry / "vllm" / "other.py")
+    assert not list(cache.rglob("other.py.pickle"))

@@ -45,7 +45,11 @@ def resolve_upstream(spec: str, *, package: str = "vllm", cache_dir: Path | None
         raise UpstreamError("empty --upstream spec: give a directory, NAME==VERSION or an installed distribution")
     path = Path(spec).expanduser()
     if path.is_dir():
-        return _from_directory(path, package)
+        found = _from_directory(path, package)
+        entries = (cache_root(cache_dir) / "upstream").resolve()
+        if found.root is not None and found.root.parent == entries and (found.root / COMPLETE_MARKER).is_file():
+            _keep_trees(found.root, entries.parent)  # a cache entry named by its path is no less complete
+        return found
     at = _AT_REV.match(spec)
     if at and Path(at.group(1)).expanduser().is_dir():
         return _from_git(Path(at.group(1)).expanduser().resolve(), at.group(2), package, cache_root(cache_dir))
