@@ -145,7 +145,11 @@ _AVAILABILITY = re.compile(r"\b(has_\w+|\w*_available|is_available|find_spec|fin
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return ast.unparse(test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+    """`TYPE_CHECKING` or `typing.TYPE_CHECKING` (what unparsing the test would say, without unparsing it)."""
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING" and isinstance(test.value, ast.Name)
+            and test.value.id == "typing")
 
 
 def import_sites(info: ModuleInfo, path: str) -> list[ImportSite]:

@@ -12,7 +12,7 @@ from metax_audit.core.config import AuditConfig
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.memo import Memo
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity, StackFacts, UpstreamInfo
-from metax_audit.core.pysource import walk_nodes
+from metax_audit.core.pysource import ast_walk, walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.op_registrations import (
     _OP_STRING,
@@ -68,13 +68,24 @@ def _torch_ops(node: ast.AST) -> tuple[str, str | None] | None:
     return chain[1], (chain[2] if len(chain) > 2 else None)
 
 
+def _may_test_hasattr(test: ast.expr) -> bool:
+    """Whether unparsing `test` could say "hasattr(torch.ops": a name or attribute ending in hasattr, or a
+    string holding it (a test of none of them is not unparsed: most tests of a port file)."""
+    for n in ast_walk(test):
+        if (isinstance(n, ast.Name) and n.id.endswith("hasattr")) or (isinstance(n, ast.Attribute) and n.attr.endswith("hasattr")):
+            return True
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and "hasattr(torch.ops" in n.value:
+            return True
+    return False
+
+
 def _guards(tree: ast.Module) -> dict[int, str]:
     """Lines under a `hasattr(torch.ops.<ns>, "op")` test or a try whose handlers catch the failure."""
     out: dict[int, str] = {}
     for node in walk_nodes(tree):
         body: list[ast.stmt] = []
         text = ""
-        if isinstance(node, ast.If | ast.IfExp) and "hasattr(torch.ops" in ast.unparse(node.test):
+        if isinstance(node, ast.If | ast.IfExp) and _may_test_hasattr(node.test) and "hasattr(torch.ops" in ast.unparse(node.test):
             body, text = (list(node.body) if isinstance(node, ast.If) else []), ast.unparse(node.test)
             if isinstance(node, ast.IfExp):
                 out.setdefault(node.lineno, ast.unparse(node.test))
