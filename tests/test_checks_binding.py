@@ -168,3 +168,21 @@ def test_a_read_only_a_subclass_defines_is_info_when_the_port_swaps_the_object_t
     assert "port/quant.py:4" in found[0].evidence[-1]
     alone = [f for f in _run(tmp_path / "no-swap", source) if f.rule == "MXA125"]  # nothing makes it a Sub: an error
     assert [f.severity for f in alone] == [Severity.ERROR]
+
+
+def test_a_module_level_name_stands_for_the_first_class_or_import_of_the_body() -> None:
+    import ast
+
+    from metax_audit.stages.checks.attributes import _dotted_in
+    from metax_audit.stages.trace.modules import ModuleInfo
+
+    source = ("from .enums import Backend as B, Kind\nfrom x import *\nclass Kind:\n    pass\n"
+              "from y import Kind as Other, Backend\nclass Local:\n    pass\n")
+    info = ModuleInfo("pkg.mod", "pkg/mod.py", "port", False, ast.parse(source), source)
+    assert _dotted_in(info, "B") == "pkg.enums.Backend"
+    assert _dotted_in(info, "B.FLASH.value") == "pkg.enums.Backend.FLASH.value"
+    assert _dotted_in(info, "Kind") == "pkg.enums.Kind"  # the import comes first
+    assert _dotted_in(info, "Other") == "y.Kind"
+    assert _dotted_in(info, "Backend") == "y.Backend"
+    assert _dotted_in(info, "Local.attr") == "pkg.mod.Local.attr"
+    assert _dotted_in(info, "missing") is None and _dotted_in(info, "*") is None
