@@ -346,3 +346,11 @@ def test_a_definition_is_walked_from_its_node_list_and_a_copy_afresh() -> None:
     deep = copy.deepcopy(cls)
     assert [type(n) for n in pysource.ast_walk(deep)] == [type(n) for n in ast.walk(cls)]
     assert not {id(n) for n in pysource.ast_walk(deep)} & {id(n) for n in ast.walk(cls)}
+
+
+@pytest.mark.parametrize("text", ["q", "self.scale", "attn_metadata.prefill.seq_lens", "f(x).y", "(a + b).c", "x[0].y",
+                                  "'s'.join", "(1).real", "a.b(c).d", "lambda: 0", "*args"[1:], "None", "x if y else z"])
+def test_unparse_name_is_ast_unparse(text: str) -> None:
+    node = ast.parse(text, mode="eval").body
+    assert pysource.unparse_name(node) == ast.unparse(node)
+    assert pysource.unparse(node) == ast.unparse(node)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity
-from metax_audit.core.pysource import walk_nodes
+from metax_audit.core.pysource import unparse_name, walk_nodes
 from metax_audit.stages.checks.stack import parse_file, source_line
 
 rule("MXA175", Category.SIGNATURE, Severity.ERROR, "a custom op's function, its fake implementation and its calls disagree",
@@ -65,7 +65,7 @@ def registered_ops(tree: ast.Module, path: str) -> list[_Op]:
     from elsewhere is left unread: None)."""
     fns = _functions(tree)
     libs = {t.id: ns for st in tree.body if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)
-            and ast.unparse(st.value.func).endswith("Library") and (ns := _str(st.value.args[0] if st.value.args else None))
+            and unparse_name(st.value.func).endswith("Library") and (ns := _str(st.value.args[0] if st.value.args else None))
             for t in st.targets if isinstance(t, ast.Name)}
     out: list[_Op] = []
     for node in walk_nodes(tree):

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from metax_audit.core.models import CallArg, CallOrigin, CallSite, Location, Unresolved
-from metax_audit.core.pysource import always_exits, ast_children, ast_walk
+from metax_audit.core.pysource import always_exits, ast_children, ast_walk, unparse_name
 from metax_audit.stages.trace.modules import ModuleInfo
 from metax_audit.stages.trace.resolve import Resolver
 from metax_audit.stages.trace.values import (
@@ -115,16 +115,16 @@ def _call_args(call: ast.Call, info: ModuleInfo, skip_first: int) -> tuple[tuple
             continue
         if isinstance(a, ast.Starred):
             star_a = True
-            args.append(CallArg(None, None, "*" + ast.unparse(a.value)))
+            args.append(CallArg(None, None, "*" + unparse_name(a.value)))
             continue
-        args.append(CallArg(None, pos, ast.unparse(a), literal_of(a)))
+        args.append(CallArg(None, pos, unparse_name(a), literal_of(a)))
         pos += 1
     for k in call.keywords:
         if k.arg is None:
             star_k = True
-            args.append(CallArg(None, None, "**" + ast.unparse(k.value)))
+            args.append(CallArg(None, None, "**" + unparse_name(k.value)))
         else:
-            args.append(CallArg(k.arg, None, ast.unparse(k.value), literal_of(k.value)))
+            args.append(CallArg(k.arg, None, unparse_name(k.value), literal_of(k.value)))
     args.extend(commented_args(call, info))
     return tuple(args), star_a, star_k
 
@@ -321,7 +321,7 @@ class Walker:
         f = call.func
         targets = known(self.r.callee(f, s))
         loc = Location(fn.info.path, call.lineno, fn.dotted)
-        text = ast.unparse(f)
+        text = unparse_name(f)
         branch = " / ".join(conds)
         args, star_a, star_k = call_args(call, fn.info)
         method = f.attr if isinstance(f, ast.Attribute) else None

@@ -7,6 +7,7 @@ import builtins
 import sys
 from dataclasses import replace
 
+from metax_audit.core.pysource import unparse_name
 from metax_audit.stages.trace.modules import ModuleIndex, ModuleInfo
 from metax_audit.stages.trace.values import (
     Cls,
@@ -541,5 +542,5 @@ def _is_relative(info: ModuleInfo, ident: str) -> bool:
 
 
 def _short(e: ast.AST) -> str:
-    text = ast.unparse(e)
+    text = unparse_name(e)
     return text if len(text) <= 60 else text[:57] + "..."
