@@ -130,6 +130,9 @@ def _name_error_guard(node: ast.Try) -> bool:
     return False
 
 
+_CONTEXTS = frozenset({ast.Load, ast.Store, ast.Del})  # a name's context: no field, no read
+
+
 def free_names(tree: ast.Module, *, eager_annotations: bool) -> list[FreeName]:
     """Every read of a name that no function, lambda, comprehension or (for its own body) class scope
     binds, outside `if TYPE_CHECKING` blocks, `except NameError` guards, strings and (under postponed
@@ -149,9 +152,14 @@ def free_names(tree: ast.Module, *, eager_annotations: bool) -> list[FreeName]:
     def expr(node: ast.AST | None, scopes: list[_Scope], function: str) -> None:
         if node is None:
             return
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Load):
-                read(node.id, node.lineno, scopes, function)
+        while node.__class__ is ast.Attribute:  # `a.b.c` reads only what `a` is (its ctx reads nothing)
+            node = node.value  # type: ignore[attr-defined]
+        kind = node.__class__
+        if kind is ast.Name:
+            if node.ctx.__class__ is ast.Load:  # type: ignore[attr-defined]
+                read(node.id, node.lineno, scopes, function)  # type: ignore[attr-defined]
+            return
+        if kind is ast.Constant or kind in _CONTEXTS:
             return
         if isinstance(node, ast.Lambda):
             args(node.args, scopes, function)
