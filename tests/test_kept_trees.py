@@ -133,3 +133,23 @@ def test_a_cache_entry_named_by_its_path_keeps_its_trees_too(tmp_path: Path) -> 
     (entry / "vllm" / "other.py").write_text(SOURCE, encoding="utf-8")
     pysource.cached_parse(entry / "vllm" / "other.py")
     assert not list(cache.rglob("other.py.pickle"))
+
+
+def test_the_class_level_list_declarations_of_a_kept_release_are_listed_once(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from metax_audit.stages.checks import capabilities
+
+    root, store = tmp_path / "release", tmp_path / "trees"
+    (root / "vllm" / "b").mkdir(parents=True)
+    (root / "vllm" / "a.py").write_text("class A:\n    modes: ClassVar[list[str]] = []\n", encoding="utf-8")
+    (root / "vllm" / "b" / "c.py").write_text(
+        "import typing\nclass C:\n    modes: typing.ClassVar[list[int]] = []\n    kinds: ClassVar[ list ] = []\n", encoding="utf-8")
+    (root / "vllm" / "d.py").write_text("x: ClassVar[dict] = {}\n", encoding="utf-8")
+    want = {"modes": ("vllm/a.py", 2, "modes: ClassVar[list[str]] = []"), "kinds": ("vllm/b/c.py", 4, "kinds: ClassVar[ list ] = []")}
+    assert capabilities._class_level_lists(root, {"modes", "kinds", "x"}) == want  # not kept: computed, nothing written
+    assert not store.exists()
+    pysource.keep_trees_under(root, store)
+    assert capabilities._class_level_lists(root, {"modes", "kinds"}) == want
+    assert list(store.rglob("classvar-lists.json"))
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: (_ for _ in ()).throw(AssertionError("listed again")))
+    assert capabilities._class_level_lists(root, {"kinds"}) == {"kinds": want["kinds"]}

@@ -527,6 +527,25 @@ def forget_kept_trees() -> None:
     _TREE_STORES.clear()
 
 
+def kept_index_file(root: Path, name: str) -> Path | None:
+    """Where a fact derived from every file of `root` is kept beside its trees (None when `root` is not
+    a tree registered with keep_trees_under: its files may change)."""
+    store = _TREE_STORES.get(os.path.join(os.path.abspath(root), ""))
+    return store / name if store is not None else None
+
+
+def keep_index_text(kept: Path, text: str) -> None:
+    """Write a kept fact whole or not at all (any failure leaves it to be derived again next time)."""
+    partial = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, kept)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+
+
 def _kept_tree_file(key: str) -> Path | None:
     for root, store in _TREE_STORES.items():
         if key.startswith(root):
