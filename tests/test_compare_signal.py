@@ -653,3 +653,12 @@ def test_a_flow_finding_at_a_merge_call_upstream_also_has_is_labelled_inherited(
                                 "(vllm/fi.py:2)")
     other = replace(flow, category=Category.COVERAGE, rule="MXA002")
     assert label_inherited([other], cp)[0].evidence == other.evidence
+
+
+@pytest.mark.parametrize("text", ["x = 1\nif CAPABILITY >= 90:  # Hopper\n    pass\n", "a\nsm_90a\nSM90\nBlackWell\n",
+                                  "nothing here\n", "k = 'ſm_90'\n", "# capabılity\nsm_1\n", "İ\nhopper\n", "中文 Hopper\nsm_80\n"])
+def test_arch_lines_are_the_case_blind_pattern_lines(text: str) -> None:
+    from metax_audit.stages.compare.load import _arch_lines, _match_lines
+    from metax_audit.stages.compare.rules import _ARCH_TEXT
+
+    assert _arch_lines(text) == _match_lines(text, _ARCH_TEXT)

@@ -127,12 +127,25 @@ def _load(path: Path, rel: str, config: AuditConfig, port_side: bool = True,
         comments = kept(text, lambda: read_comments(text, config.modification_markers, tree))
     side = _Side(rel, text, tree, comments, lines=text.splitlines())
     # A cheap text prefilter: only statements on these lines are walked for capability checks.
-    side.arch_lines = _match_lines(text, _ARCH_TEXT)
+    side.arch_lines = _arch_lines(text)
     if not port_side:
         _index(side, {})
     else:
         side.classes = {n.name: n for n in iter_statements(tree.body) if isinstance(n, ast.ClassDef)}
     return side
+
+
+# _ARCH_TEXT without re.IGNORECASE, over the lowered text: a case-blind alternation has no literal to skip
+# ahead to and walked every character of every file (0.08 s of the compare). The characters that case-blind
+# matching equates with an ASCII letter of the pattern but lower() keeps apart send a text the slow way.
+_ARCH_LOWER = re.compile(_ARCH_TEXT.pattern)
+_CASE_SPECIAL = re.compile("[\u0130\u0131\u017f\u212a]")
+
+
+def _arch_lines(text: str) -> frozenset[int]:
+    if _ARCH_TEXT.flags & re.IGNORECASE and not _CASE_SPECIAL.search(text):
+        return _match_lines(text.lower(), _ARCH_LOWER)
+    return _match_lines(text, _ARCH_TEXT)
 
 
 def _match_lines(text: str, pattern: re.Pattern[str]) -> frozenset[int]:
