@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +154,21 @@ def test_the_class_level_list_declarations_of_a_kept_release_are_listed_once(tmp
     assert list(store.rglob("classvar-lists.json"))
     monkeypatch.setattr(Path, "rglob", lambda self, pattern: (_ for _ in ()).throw(AssertionError("listed again")))
     assert capabilities._class_level_lists(root, {"kinds"}) == {"kinds": want["kinds"]}
+
+
+def test_trees_kept_by_another_build_of_the_parser_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, store = _release(tmp_path)
+    pysource.keep_trees_under(root, store)
+    pysource.cached_parse(root / "pkg" / "mod.py")
+    (mine,) = [p.relative_to(store).parts[0] for p in store.rglob("*.pickle")]
+    assert mine.startswith(f"py{sys.version_info[0]}{sys.version_info[1]}-")
+    monkeypatch.setattr(pysource, "_TREE_FORMAT", ["py311-an-edited-pysource"])
+    pysource.forget_kept_trees()
+    pysource.clear_source_cache()
+    pysource.keep_trees_under(root, store)
+    parsed: list[str] = []
+    real = pysource.parse
+    monkeypatch.setattr(pysource, "parse", lambda text, filename="<unknown>": parsed.append(filename) or real(text, filename))
+    pysource.cached_parse(root / "pkg" / "mod.py")
+    # the other build's trees were removed when this one first kept its own
+    assert parsed and [q.relative_to(store).parts[0] for q in store.rglob("*.pickle")] == ["py311-an-edited-pysource"]

@@ -512,14 +512,36 @@ def cached_parse(path: str | Path) -> tuple[str, ast.Module]:
 # pruning it again (5.8 vs 12 ms for an 85 KB vLLM module), and a review reads about 170 upstream modules
 # in three processes. A kept tree carries the size and mtime of the file it was parsed from and is used
 # only while they match; any failure to read or write one is a parse here, never an error.
-_TREE_FORMAT = f"py{sys.version_info[0]}{sys.version_info[1]}-depth{EXPR_DEPTH_LIMIT}-v1"
+_TREE_FORMAT: list[str] = []  # the folder of this interpreter's and this module's trees (_tree_format)
+
+
+def _tree_format() -> str:
+    """py<major><minor>-<digest of this file>: a tree is what this module's parse() made of its file, so any
+    edit of this module (the pruning, the parse) keeps its trees apart, as another Python's ast does."""
+    if not _TREE_FORMAT:
+        import hashlib
+
+        try:
+            with open(__file__, "rb") as fh:
+                digest = hashlib.sha256(fh.read()).hexdigest()[:16]
+        except OSError:
+            digest = f"depth{EXPR_DEPTH_LIMIT}"
+        _TREE_FORMAT.append(f"py{sys.version_info[0]}{sys.version_info[1]}-{digest}")
+    return _TREE_FORMAT[0]
 _TREE_STORES: dict[str, Path] = {}  # a source root (absolute, with a trailing separator) -> the folder of its trees
 
 
 def keep_trees_under(root: Path, store: Path) -> None:
     """Keep the parsed trees of every file under `root` in `store` (both folders; `root` must not change
     while it is registered: an extracted release, whose files are only ever replaced whole)."""
-    _TREE_STORES[os.path.join(os.path.abspath(root), "")] = store / _TREE_FORMAT
+    mine = store / _tree_format()
+    if not mine.is_dir() and store.is_dir():  # the first review of another build: its predecessors' trees go
+        import shutil
+
+        for other in store.iterdir():
+            if other.name.startswith("py") and other.name != mine.name and other.is_dir() and not other.is_symlink():
+                shutil.rmtree(other, ignore_errors=True)
+    _TREE_STORES[os.path.join(os.path.abspath(root), "")] = mine
 
 
 def forget_kept_trees() -> None:
