@@ -512,22 +512,20 @@ def cached_parse(path: str | Path) -> tuple[str, ast.Module]:
 # pruning it again (5.8 vs 12 ms for an 85 KB vLLM module), and a review reads about 170 upstream modules
 # in three processes. A kept tree carries the size and mtime of the file it was parsed from and is used
 # only while they match; any failure to read or write one is a parse here, never an error.
-_TREE_FORMAT: list[str] = []  # the folder of this interpreter's and this module's trees (_tree_format)
-
-
+@lru_cache(maxsize=1)
 def _tree_format() -> str:
     """py<major><minor>-<digest of this file>: a tree is what this module's parse() made of its file, so any
     edit of this module (the pruning, the parse) keeps its trees apart, as another Python's ast does."""
-    if not _TREE_FORMAT:
-        import hashlib
+    import hashlib
 
-        try:
-            with open(__file__, "rb") as fh:
-                digest = hashlib.sha256(fh.read()).hexdigest()[:16]
-        except OSError:
-            digest = f"depth{EXPR_DEPTH_LIMIT}"
-        _TREE_FORMAT.append(f"py{sys.version_info[0]}{sys.version_info[1]}-{digest}")
-    return _TREE_FORMAT[0]
+    try:
+        with open(__file__, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()[:16]
+    except OSError:
+        digest = f"depth{EXPR_DEPTH_LIMIT}"
+    return f"py{sys.version_info[0]}{sys.version_info[1]}-{digest}"
+
+
 _TREE_STORES: dict[str, Path] = {}  # a source root (absolute, with a trailing separator) -> the folder of its trees
 
 
@@ -549,25 +547,6 @@ def forget_kept_trees() -> None:
     _TREE_STORES.clear()
 
 
-def kept_index_file(root: Path, name: str) -> Path | None:
-    """Where a fact derived from every file of `root` is kept beside its trees (None when `root` is not
-    a tree registered with keep_trees_under: its files may change)."""
-    store = _TREE_STORES.get(os.path.join(os.path.abspath(root), ""))
-    return store / name if store is not None else None
-
-
-def keep_index_text(kept: Path, text: str) -> None:
-    """Write a kept fact whole or not at all (any failure leaves it to be derived again next time)."""
-    partial = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
-    try:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, kept)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(partial)
-
-
 def _kept_tree_file(key: str) -> Path | None:
     for root, store in _TREE_STORES.items():
         if key.startswith(root):
@@ -579,9 +558,7 @@ def _load_kept_tree(kept: Path, stamp: tuple[int, int]) -> ast.Module | None:
     try:
         with open(kept, "rb") as fh:
             kept_stamp, tree = pickle.load(fh)  # our own cache's bytes, as trusted as its sources
-    except FileNotFoundError:
-        return None
-    except Exception:  # a truncated or foreign file: parse instead (and write it anew)
+    except Exception:  # none yet, or a truncated or foreign file: parse instead (and write it anew)
         return None
     return tree if kept_stamp == stamp and isinstance(tree, ast.Module) else None
 

@@ -406,49 +406,25 @@ def check_config_hook_appends(root: Path, platform_path: str, upstream_root: Pat
 
 
 def _class_level_lists(upstream_root: Path, attrs: set[str]) -> dict[str, tuple[str, int, str]]:
-    """Where upstream declares each of `attrs` as `<attr>: ClassVar[list...]`: the first declaration in the
-    order of its files' paths."""
-    out: dict[str, tuple[str, int, str]] = {}
-    for attr, path, n, line in _class_level_declarations(upstream_root):
-        if attr in attrs and attr not in out:
-            out[attr] = (path, n, line)
-    return out
-
-
-def _class_level_declarations(upstream_root: Path) -> list[tuple[str, str, int, str]]:
-    """Every `<attr>: ClassVar[list...]` line of upstream, (attr, path, line, text) in the order of the paths
-    (one pass over its files, read as text). An extracted release keeps the list beside its trees (the pass
-    reads all 2,200 files of vLLM: a tenth of the checks stage)."""
-    import json
-
-    from metax_audit.core.pysource import keep_index_text, kept_index_file
-
-    kept = kept_index_file(upstream_root, "classvar-lists.json")
-    if kept is not None:
-        try:
-            loaded = json.loads(kept.read_text(encoding="utf-8"))
-            return [(str(a), str(p), int(n), str(t)) for a, p, n, t in loaded]
-        except (OSError, ValueError, TypeError):
-            pass  # not kept yet (or damaged): made again below
+    """Where upstream declares each of `attrs` as `<attr>: ClassVar[list...]` (one pass over its files, read as text)."""
     needle = re.compile(r"^\s+(?P<attr>\w+)\s*:\s*(typing\.)?ClassVar\[\s*list\b")
-    found: list[tuple[str, str, int, str]] = []
+    wanted = [a.encode() for a in attrs]
+    out: dict[str, tuple[str, int, str]] = {}
     for path in sorted(upstream_root.rglob("*.py")):
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
-            if b"ClassVar" not in data:  # the bytes first: decoding every file was most of this pass
+            # the bytes first: decoding every upstream file (38 MB for vLLM) was most of this pass
+            if b"ClassVar" not in data or not any(a in data for a in wanted):
                 continue
             text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        rel = path.relative_to(upstream_root).as_posix()
         for n, line in enumerate(text.splitlines(), 1):
             m = needle.match(line)
-            if m:
-                found.append((m["attr"], rel, n, line.strip()))
-    if kept is not None:
-        keep_index_text(kept, json.dumps(found))
-    return found
+            if m and m["attr"] in attrs and m["attr"] not in out:
+                out[m["attr"]] = (path.relative_to(upstream_root).as_posix(), n, line.strip())
+    return out
 
 
 _QUANTIZED = re.compile(r"^(fp8\w*|int8\w*|fp4\w*|nvfp4\w*|int4\w*)$")
