@@ -32,7 +32,8 @@ from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.omitted_keywords import check_omitted_keywords
 from metax_audit.stages.checks.op_registrations import OpTable
 from metax_audit.stages.checks.ops import op_findings, op_table_for_review
-from metax_audit.stages.checks.upstream_calls import checked_callers, upstream_calls
+from metax_audit.stages.checks.signatures import checked_callers
+from metax_audit.stages.checks.upstream_calls import upstream_calls
 
 if TYPE_CHECKING:
     from metax_audit.core.config import AuditConfig

@@ -264,10 +264,25 @@ def _decorators(error: str) -> list[str]:
     return [d.strip() for d in text.split(",") if d.strip()]
 
 
+def _caller_name(call: CallSite) -> str:
+    """The enclosing function's own name (`forward` of `pkg.mod.Impl.forward`): what a port call and upstream's
+    are matched by."""
+    return call.caller.rsplit(".", 1)[-1]
+
+
+def checked_callers(trace: TraceResult, facts: StackFacts | None) -> frozenset[str]:
+    """The names of the functions whose upstream calls _upstream_match can read: those of the port's callers of
+    a target the facts hold (none without facts: then no call is checked). The upstream calls are traced for
+    these alone (upstream_calls)."""
+    if facts is None:
+        return frozenset()
+    return frozenset(_caller_name(c) for c in checked_calls(trace) if c.resolved and c.resolved in facts.facts)
+
+
 def _upstream_match(call: CallSite, upstream_calls: Sequence[CallSite]) -> CallSite | None:
     """The upstream call of the same callee from the same-named function sharing most argument texts."""
-    method = call.caller.rsplit(".", 1)[-1]
-    same = [u for u in upstream_calls if u.resolved == call.resolved and u.caller.rsplit(".", 1)[-1] == method]
+    method = _caller_name(call)
+    same = [u for u in upstream_calls if u.resolved == call.resolved and _caller_name(u) == method]
     if not same:
         return None
     texts = {a.text for a in call.args}

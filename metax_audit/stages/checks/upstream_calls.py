@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.memo import NO_MEMO, Kind, Memo
-from metax_audit.core.models import CallSite, Comparison, Discovery, StackFacts, TraceResult, UpstreamInfo
+from metax_audit.core.models import CallSite, Comparison, Discovery, UpstreamInfo
 
 
 def upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None, config: AuditConfig, *,
@@ -15,7 +15,7 @@ def upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None,
     """Call sites of the upstream counterparts, so a positional argument whose meaning moved
     between upstream's call and the port's call of the same callee can be seen. With `callers`, those
     in functions and methods of these names only (the signature check matches a port call with upstream's
-    calls from a function of its caller's name: the names of the port's callers of checked targets)."""
+    calls from a function of its caller's name: signatures.checked_callers)."""
     if comparison is None or upstream is None or upstream.root is None or callers == frozenset():
         return ()
     from metax_audit.core.models import SourceFile
@@ -37,13 +37,3 @@ def upstream_calls(comparison: Comparison | None, upstream: UpstreamInfo | None,
     memo.store(Kind.UPSTREAM_CALLS, calls, *parts)
     return calls
 
-
-def checked_callers(trace: TraceResult, facts: StackFacts | None) -> frozenset[str]:
-    """The names of the functions whose calls the signature check matches with upstream's (signatures
-    _upstream_match): the callers of the port's calls of a target the facts hold (none without facts:
-    then no call is checked)."""
-    from metax_audit.stages.checks.stack import checked_calls
-
-    if facts is None:
-        return frozenset()
-    return frozenset(c.caller.rsplit(".", 1)[-1] for c in checked_calls(trace) if c.resolved and c.resolved in facts.facts)

@@ -348,21 +348,25 @@ class _Tracer:
         walker = Walker(self.r, self.classifier, out, Budget(max_depth=0, max_functions=20_000), follow_upstream_methods=False, record_attrs=False)
         info = self.index.module_for_path(path)
         only = self.only_functions
+
+        def wanted(fn: ast.stmt, dotted: str) -> bool:
+            # Functions a chain walked already have their (more precise) call sites. With only_functions the
+            # others need not be walked: each function is walked alone (no callee is followed).
+            return (isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and dotted not in self._walked
+                    and (only is None or fn.name in only))
+
         if info is not None:
             for node in info.tree.body:
-                # Functions a chain walked already have their (more precise) call sites; Triton
-                # kernel bodies are device DSL (tl.*), their launches are the call sites.
+                # Triton kernel bodies are device DSL (tl.*): their launches are the call sites.
                 if is_triton_kernel(node):
                     continue
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and f"{info.name}.{node.name}" not in self._walked:
-                    if only is None or node.name in only:
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    if wanted(node, f"{info.name}.{node.name}"):
                         self._guarded(walker, Func(f"{info.name}.{node.name}", info, node))
                 elif isinstance(node, ast.ClassDef):
                     cls = Cls(f"{info.name}.{node.name}", info, node)
                     for item in node.body:
-                        if only is not None and getattr(item, "name", None) not in only:
-                            continue  # each function is walked alone (no callee is followed): the rest need not be
-                        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and f"{cls.dotted}.{item.name}" not in self._walked:
+                        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and wanted(item, f"{cls.dotted}.{item.name}"):
                             self._guarded(walker, Func(f"{cls.dotted}.{item.name}", info, item, owner=cls, bound=Inst(cls)))
         sites = list(out.calls.values())
         done = {(c.location.path, c.location.line) for c in sites}
