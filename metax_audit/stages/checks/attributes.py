@@ -14,7 +14,7 @@ from metax_audit.core.models import Category, Discovery, Finding, Location, Seve
 from metax_audit.core.pysource import ast_walk, walk_nodes
 from metax_audit.stages.checks.imports import READ, kept_import_sites, read_from
 from metax_audit.stages.checks.memo import FileMemo
-from metax_audit.stages.trace.modules import ModuleInfo, resolve_relative
+from metax_audit.stages.trace.modules import ModuleInfo
 from metax_audit.stages.trace.resolve import Resolver
 from metax_audit.stages.trace.symbols import Provider, Status, SymbolTable
 from metax_audit.stages.trace.values import Cls, Ext, Scope, known
@@ -316,36 +316,11 @@ def _enum_members(cls: Cls, symbols: SymbolTable) -> tuple[set[str], str] | None
 def _dotted_in(info: ModuleInfo, name: str) -> str | None:
     """The dotted path a module-level name of `info` stands for: a class defined there or a name it imports."""
     head, _, rest = name.partition(".")
-    found = _module_heads(info).get(head)
+    found = info.body_names().get(head)
     if found is None:
         return None
     defined_here, dotted = found
     return f"{info.name}.{name}" if defined_here else dotted + (f".{rest}" if rest else "")
-
-
-_HEADS: dict[int, tuple[ModuleInfo, dict[str, tuple[bool, str]]]] = {}
-
-
-def _module_heads(info: ModuleInfo) -> dict[str, tuple[bool, str]]:
-    """Each module-level class name and from-imported name of `info` -> (defined here, what it stands for),
-    the first statement of the body naming it winning; listed once per module (each attribute read of a
-    port file asked it of the whole body: thousands of scans per review)."""
-    hit = _HEADS.get(id(info))
-    if hit is not None and hit[0] is info:
-        return hit[1]
-    heads: dict[str, tuple[bool, str]] = {}
-    for st in info.tree.body:
-        if isinstance(st, ast.ClassDef):
-            heads.setdefault(st.name, (True, ""))
-        elif isinstance(st, ast.ImportFrom):
-            for a in st.names:
-                if a.name != "*":
-                    base = resolve_relative(info.package, st.level, st.module) if st.level else (st.module or "")
-                    heads.setdefault(a.asname or a.name, (False, f"{base}.{a.name}"))
-    if len(_HEADS) >= 4096:
-        _HEADS.clear()
-    _HEADS[id(info)] = (info, heads)
-    return heads
 
 
 def _enum_findings(discovery: Discovery, symbols: SymbolTable) -> Iterator[Finding]:

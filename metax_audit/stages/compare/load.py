@@ -143,7 +143,7 @@ _CASE_SPECIAL = re.compile("[\u0130\u0131\u017f\u212a]")
 
 
 def _arch_lines(text: str) -> frozenset[int]:
-    if _ARCH_TEXT.flags & re.IGNORECASE and not _CASE_SPECIAL.search(text):
+    if not _CASE_SPECIAL.search(text):
         return _match_lines(text.lower(), _ARCH_LOWER)
     return _match_lines(text, _ARCH_TEXT)
 

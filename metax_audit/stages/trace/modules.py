@@ -32,10 +32,28 @@ class ModuleInfo:
     assigns: dict[str, ast.expr] = field(default_factory=dict)  # NAME = expr at module level
     _comments: dict[int, str] | None = None
     _lines: list[str] | None = None
+    _heads: dict[str, tuple[bool, str]] | None = None
 
     @property
     def package(self) -> str:
         return self.name if self.is_package else self.name.rpartition(".")[0]
+
+    def body_names(self) -> dict[str, tuple[bool, str]]:
+        """Each class the body defines and each name it imports with `from`, at the top level of the body,
+        the first statement naming it winning: name -> (defined here, the dotted name it stands for; "" for
+        a class). Listed once per module (the attribute checks ask it for every read of a port file)."""
+        if self._heads is None:
+            heads: dict[str, tuple[bool, str]] = {}
+            for st in self.tree.body:
+                if isinstance(st, ast.ClassDef):
+                    heads.setdefault(st.name, (True, ""))
+                elif isinstance(st, ast.ImportFrom):
+                    for a in st.names:
+                        if a.name != "*":
+                            base = resolve_relative(self.package, st.level, st.module) if st.level else (st.module or "")
+                            heads.setdefault(a.asname or a.name, (False, f"{base}.{a.name}"))
+            self._heads = heads
+        return self._heads
 
     def comment_lines(self) -> dict[int, str]:
         """Line -> text of comments that stand alone on their line (tokenize keeps what ast drops).

@@ -168,7 +168,7 @@ class Scope:
 _FunctionNames = tuple[dict[str, list[ast.expr]], dict[str, str], dict[str, ast.arg], set[str], dict[str, ast.AST]]
 
 
-_OWN_SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda})  # _walk_body does not enter them
+_OWN_SCOPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda})  # the walks of a body do not enter them
 _INDEXED = frozenset({ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Import, ast.ImportFrom, ast.For, ast.comprehension,
                       ast.withitem})
 
@@ -237,6 +237,6 @@ def _walk_body(node: ast.AST) -> Iterable[ast.AST]:
     while stack:
         n = stack.pop()
         yield n
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+        if n.__class__ in _OWN_SCOPES:
             continue
         stack.extend(ast_children(n))
