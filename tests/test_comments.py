@@ -136,12 +136,12 @@ SCAN_SHAPES = {
 def test_the_comment_scan_answers_what_tokenize_answers(source: str) -> None:
     import ast
 
-    from metax_audit.core.comments import _tokenized_comments, scan_comments
+    from metax_audit.core.comments import scan_comments, tokenized_comments
 
     ast.parse(source)  # the scan is only asked about sources that parse
     scanned = scan_comments(source)
     assert scanned is not None
-    assert scanned == _tokenized_comments(source)
+    assert scanned == tokenized_comments(source)
 
 
 def test_odd_line_breaks_leave_the_comments_to_tokenize() -> None:

@@ -111,13 +111,14 @@ def read_comments(source: str, markers: Sequence[str], tree: ast.Module | None =
     marker comments into modification blocks. With `tree` (the source parses) they come from a scan of
     its comments and string literals alone (scan_comments); else from tokenize, up to its first error."""
     scanned = scan_comments(source) if tree is not None else None
-    comments, code_lines = scanned if scanned is not None else _tokenized_comments(source)
+    comments, code_lines = scanned if scanned is not None else tokenized_comments(source)
     statements = _statement_spans(source, tree)
     blocks = _group_blocks(comments, frozenset(code_lines), statements, markers)
     return CommentMap(comments, tuple(blocks), frozenset(code_lines))
 
 
-def _tokenized_comments(source: str) -> tuple[dict[int, Comment], set[int]]:
+def tokenized_comments(source: str) -> tuple[dict[int, Comment], set[int]]:
+    """Each comment and the lines holding a code token, read by tokenize up to its first error."""
     comments: dict[int, Comment] = {}
     code_lines: set[int] = set()
     skip = {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER, tokenize.ENCODING}

@@ -5,15 +5,15 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from metax_audit.core.comments import scan_comments, tokenized_comments
 from metax_audit.core.findings import make_finding, rule
 from metax_audit.core.models import Category, Discovery, Finding, Location, Severity
-from metax_audit.core.pysource import ast_walk, iter_tokens, standalone_comments, walk_nodes
+from metax_audit.core.pysource import ast_walk, walk_nodes
 from metax_audit.stages.checks.memo import FileMemo
 from metax_audit.stages.checks.stack import parse_file
 
@@ -83,58 +83,11 @@ class Claim:
 
 
 def _comments(source: str, tree: ast.Module | None = None) -> list[tuple[int, str, bool]]:
-    """(line, text, whether code precedes it on its line) of every comment, as tokenize reports them."""
-    fast = _comments_from_tree(source, tree) if tree is not None else None
-    if fast is not None:
-        return fast
-    out: list[tuple[int, str, bool]] = []
-    code_on: set[int] = set()
-    try:
-        for tok in iter_tokens(source):
-            if tok.type == tokenize.COMMENT:
-                out.append((tok.start[0], tok.string.lstrip("#").strip(), tok.start[0] in code_on))
-            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING):
-                code_on.update(range(tok.start[0], tok.end[0] + 1))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    return out
-
-
-def _comments_from_tree(source: str, tree: ast.Module) -> list[tuple[int, str, bool]] | None:
-    """_comments without tokenizing the file (tokenize is most of a changed file's claims): the lines
-    that hold only a comment (pysource.standalone_comments), and on a line of code holding '#', the
-    first '#' outside that line's one-line string literals. None, so that tokenize decides, when a
-    multi-line literal crosses such a line (implicit concatenation may hold a comment) or the text has
-    line breaks other than \n and \r\n."""
-    if "\r" in source.replace("\r\n", ""):
-        return None
-    standalone = standalone_comments(source, tree)
-    if standalone is None:
-        return None
-    lines = source.splitlines()
-    out = [(line, text.lstrip("#").strip(), False) for line, text in standalone.items()]
-    candidates = {n for n, line in enumerate(lines, 1) if "#" in line and n not in standalone}
-    literals: dict[int, list[tuple[int, int]]] = {}  # line -> byte ranges of its one-line literals
-    for node in walk_nodes(tree):
-        if not (isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str | bytes))):
-            continue
-        start, end = node.lineno, node.end_lineno
-        if end is None or node.end_col_offset is None:
-            return None
-        if end > start:
-            # a '#' line within a multi-line literal: only tokenize tells a comment between implicitly
-            # concatenated pieces, or after the closing quote of a line that starts inside the literal
-            if any(start <= n <= end for n in candidates) or any(start < n <= end for n in standalone):
-                return None
-        elif start in candidates:
-            literals.setdefault(start, []).append((node.col_offset, node.end_col_offset))
-    for n in sorted(candidates):
-        raw = lines[n - 1].encode()
-        ranges = literals.get(n, [])
-        at = next((i for i, byte in enumerate(raw) if byte == 35 and not any(a <= i < b for a, b in ranges)), None)  # 35: '#'
-        if at is not None:
-            out.append((n, raw[at:].decode().lstrip("#").strip(), True))
-    return sorted(out)
+    """(line, text, whether code precedes it on its line) of every comment, as tokenize reports them
+    (comments.read_comments' reading: a scan of a parsed source, else tokenize)."""
+    scanned = scan_comments(source) if tree is not None else None
+    comments = scanned[0] if scanned is not None else tokenized_comments(source)[0]
+    return sorted((c.line, c.text, c.trailing) for c in comments.values())
 
 
 def _is_code(text: str) -> bool:
