@@ -145,8 +145,8 @@ _COMMENT_OR_STRING = re.compile(
     r'''|"(?:[^"\\\n]|\\.)*"''',
     re.S,
 )
-# Line breaks that str.split("\n") and tokenize count differently (tokenize reads lines ending in "\n").
-_ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# Line breaks that str.split("\n") and tokenize (or ast's line numbers) count differently.
+ODD_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def scan_comments(source: str) -> tuple[dict[int, Comment], set[int]] | None:
@@ -155,7 +155,7 @@ def scan_comments(source: str) -> tuple[dict[int, Comment], set[int]] | None:
     code token: a non-blank character outside comments, or any line a multi-line literal spans. None when
     the text has line breaks tokenize counts differently (then tokenize decides). Equal to tokenize's
     answer on every module of four vLLM releases and both ports (tests/test_comments.py holds the shapes)."""
-    if _ODD_BREAKS.search(source):
+    if ODD_LINE_BREAKS.search(source):
         return None
     found: list[tuple[int, str]] = []
     spans: list[tuple[int, int]] = []  # lines of the multi-line literals

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from metax_audit.core.comments import ODD_LINE_BREAKS
 from metax_audit.core.config import AuditConfig
 from metax_audit.core.findings import make_finding
 from metax_audit.core.models import (
@@ -182,7 +183,9 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
     port_names = _kept(run, ("port-names", *renamed, config.port_package), lambda: _port_names(port, config.port_package))
     file_env = replace(file_env, platform=_with_file(run, file_env.platform, port, path, renamed))
     units, parts = None, None
-    if run.kept is not None and not _ODD_BREAKS.search(port.text):  # a unit's text is its lines as ast counts them
+    # a unit's text is its lines as ast counts them: a file with a line break str.splitlines knows and ast does
+    # not is compared without member units
+    if run.kept is not None and not ODD_LINE_BREAKS.search(port.text):
         parts = _units_key(path, cp, class_map, port, up, base_side, file_env)
         units = MemberUnits(run.kept.load(parts), Recorder())
         file_env = replace(file_env, platform=logged_platform(file_env.platform, units.recorder))
@@ -212,8 +215,6 @@ def _compare_counterpart(run: _Run, path: str, port: _Side, up: _Side, cp: FileC
     run.findings.extend(_comparison_findings(diffs, drift, cp, file_env))
 
 
-# Line breaks str.splitlines knows and ast does not: a file holding one is compared without member units.
-_ODD_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 @dataclass
 class KeptStore:
