@@ -323,6 +323,27 @@ def test_two_findings_of_one_call_are_one_finding_with_both_in_its_evidence() ->
     assert "producer a" in merged.evidence and "producer b" in merged.evidence
 
 
+def test_two_rules_about_one_parameter_of_one_call_are_one_finding() -> None:
+    # The stack check (installed) and the binding check (upstream) both read an upstream op: one break.
+    loc, symbol = "vllm_metax/triton_attn.py", "Impl.do_kv_cache_update:ops.reshape_quant:kv_quant_mode"
+    stack = Finding("MXA103", Category.SIGNATURE, Severity.ERROR, Location(loc, 726, symbol),
+                    "reshape_quant does not pass 'kv_quant_mode', required by installed ops.reshape_quant", ("installed",))
+    binding = Finding("MXA109", Category.SIGNATURE, Severity.ERROR, Location(loc, 726, symbol),
+                      "reshape_quant(...): required parameter 'kv_quant_mode' is not passed", ("upstream",))
+    other_param = Finding("MXA109", Category.SIGNATURE, Severity.ERROR, Location(loc, 726, symbol[:-len("kv_quant_mode")] + "scale"),
+                          "reshape_quant(...): required parameter 'scale' is not passed", ("upstream",))
+    elsewhere = replace(binding, location=Location(loc, 800, symbol))
+    got = group_per_call([stack, binding, other_param, elsewhere])
+    assert [f.rule for f in got] == ["MXA103", "MXA109"]  # the binding check's other parameter joins its rule's group
+    assert got[0].message.startswith("3 findings at one call: reshape_quant does not pass")
+    assert "required parameter 'kv_quant_mode'" in got[0].message and "required parameter 'scale'" in got[0].message
+    assert "installed" in got[0].evidence and "upstream" in got[0].evidence
+    assert got[1] is elsewhere
+    # without the shared symbol, two rules at one call stay two findings
+    apart = group_per_call([stack, other_param])
+    assert [f.rule for f in apart] == ["MXA103", "MXA109"] and apart[1] is other_param
+
+
 def test_the_same_upstream_edit_missed_in_several_functions_is_one_drift_finding(tmp_path: Path) -> None:
     body = "    idx = convert_index(meta.req_id_per_token{}, topk_indices, block_size=64)\n    return kernel(idx)\n"
     base = "".join(f"def {n}(meta, topk_indices):\n" + body.format("") + "\n" for n in ("a", "b", "c"))

@@ -268,18 +268,28 @@ def demote_unselected(findings: Sequence[Finding], backends: Sequence[BackendCha
 
 def group_per_call(findings: Iterable[Finding]) -> list[Finding]:
     """Findings of one stack/dataflow rule at one call site are one finding: the first, with every other
-    one's message and evidence added (e.g. two LSE arguments of one merge call with the wrong base)."""
+    one's message and evidence added (e.g. two LSE arguments of one merge call with the wrong base). So are
+    findings of two such rules about the same thing at that call (one symbol: caller, callee and parameter),
+    as when the stack check and the binding check both read an upstream op's signature (MXA103 and MXA109
+    for one required parameter left out)."""
     out: list[Finding] = []
-    groups: dict[tuple[str, str, int, str], list[Finding]] = {}
+    groups: dict[tuple[str, str, int, str], list[Finding]] = {}  # both keys of a group name the same list
     for f in findings:
         if _PER_CALL.match(f.rule) and f.location.line and f.severity != Severity.INFO:
-            key = (f.rule, f.location.path, f.location.line, f.severity.value)
-            if key in groups:
-                groups[key].append(f)
+            keys = [(f.rule, f.location.path, f.location.line, f.severity.value)]
+            if f.location.symbol:
+                keys.append(("", f.location.path, f.location.line, f"{f.severity.value}:{f.location.symbol}"))
+            group = next((groups[k] for k in keys if k in groups), None)
+            if group is not None:
+                group.append(f)
+                for k in keys:
+                    groups.setdefault(k, group)
                 continue
-            groups[key] = [f]
+            group = [f]
+            for k in keys:
+                groups[k] = group
         out.append(f)
-    merged = {id(g[0]): _merge(g) for g in groups.values() if len(g) > 1}
+    merged = {id(g[0]): _merge(g) for g in {id(g): g for g in groups.values()}.values() if len(g) > 1}
     return [merged.get(id(f), f) for f in out]
 
 
