@@ -59,6 +59,18 @@ def test_default_scope_holds_attention_files_and_platform(tmp_path: Path) -> Non
     assert d.left_out == ()
 
 
+@pytest.mark.parametrize("folder", ["vllm_metax/registry/custom_ops/layers/sparse_attn_indexer",
+                                    "vllm_metax/customized/layers/sparse_attn_indexer"])
+def test_default_scope_holds_the_sparse_indexer_ops_in_either_layout(tmp_path: Path, folder: str) -> None:
+    # The port kept its sparse-indexer ops under customized/layers/ up to v0.25 and moved them to
+    # registry/custom_ops/layers/: in either, they are in scope (all their imports bound), not mere callers.
+    d = run(tmp_path, {f"{folder}/__init__.py": "", f"{folder}/fp8.py": "X = 1\n",
+                       "vllm_metax/customized/layers/other.py": ""})
+    by_path = {f.path: f for f in d.files}
+    assert by_path[f"{folder}/fp8.py"].reason == "glob"
+    assert "vllm_metax/customized/layers/other.py" not in by_path
+
+
 def test_paths_narrow_scope_and_record_what_was_left_out(tmp_path: Path) -> None:
     d = run(tmp_path, paths=("./vllm_metax/v1/attention/ops/", "vllm_metax/utils.py"))
     kept = {f.path: f.reason for f in d.files}

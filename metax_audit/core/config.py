@@ -14,7 +14,9 @@ from metax_audit.core.versions import COMPARISONS
 DEFAULT_SCOPE = (
     "{port}/v1/attention/**/*.py",
     "{port}/model_executor/layers/attention/**/*.py",
-    "{port}/registry/custom_ops/layers/sparse_attn_indexer/**/*.py",
+    # the sparse-indexer ops wherever the port keeps them: customized/layers/ up to v0.22-v0.25,
+    # registry/custom_ops/layers/ since
+    "{port}/**/sparse_attn_indexer/**/*.py",
     "{port}/models/*/attention.py",
     "{port}/models/*/flashmla.py",
     "{port}/models/*/sparse_mla.py",
