@@ -165,7 +165,8 @@ def test_import_and_attribute_read_of_a_name_the_getattr_does_not_map(tmp_path: 
     assert "maps only 1 name(s)" in "\n".join(read.evidence)
 
 
-def test_undefined_names_of_a_caller_only_where_it_touches_the_attention_code(tmp_path: Path) -> None:
+def test_undefined_names_of_a_caller_are_read_in_the_whole_file(tmp_path: Path) -> None:
+    # a NameError anywhere in a caller (the model running the attention) stops that model: 94162c3^'s hc_head
     files = {
         "port/attn.py": "class IndexerBackend:\n    pass\n",
         "port/model.py": ("from port.attn import IndexerBackend\n\n"
@@ -174,7 +175,8 @@ def test_undefined_names_of_a_caller_only_where_it_touches_the_attention_code(tm
     }
     d, symbols = _setup(tmp_path, files, callers={"port/attn.py": ("port/model.py",)})
     first, _ = discovery_checks(d, symbols)
-    assert [(f.rule, f.location.path, f.location.symbol) for f in first] == [("MXA127", "port/model.py", "undefined:q_scale")]
+    assert [(f.rule, f.location.path, f.location.symbol) for f in first] == [
+        ("MXA127", "port/model.py", "undefined:q_scale"), ("MXA127", "port/model.py", "undefined:other_missing")]
 
 
 ENUM_UP = ("from enum import Enum, EnumMeta\n\nclass _Meta(EnumMeta):\n    def __getitem__(cls, name):\n        return super().__getitem__(name)\n\n"

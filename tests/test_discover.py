@@ -71,6 +71,15 @@ def test_default_scope_holds_the_sparse_indexer_ops_in_either_layout(tmp_path: P
     assert "vllm_metax/customized/layers/other.py" not in by_path
 
 
+def test_default_scope_holds_the_pluggable_mla_wrapper_of_the_older_layout(tmp_path: Path) -> None:
+    # up to v0.25 the DeepSeek-V4 MLA wrapper was customized/pluggable_layer/deepseek_v4_attention.py
+    layer = "vllm_metax/customized/pluggable_layer"
+    d = run(tmp_path, {f"{layer}/__init__.py": "", f"{layer}/deepseek_v4_attention.py": "", f"{layer}/gate_linear.py": ""})
+    by_path = {f.path: f for f in d.files}
+    assert by_path[f"{layer}/deepseek_v4_attention.py"].reason == "glob"
+    assert f"{layer}/gate_linear.py" not in by_path
+
+
 def test_paths_narrow_scope_and_record_what_was_left_out(tmp_path: Path) -> None:
     d = run(tmp_path, paths=("./vllm_metax/v1/attention/ops/", "vllm_metax/utils.py"))
     kept = {f.path: f.reason for f in d.files}

@@ -18,6 +18,7 @@ DEFAULT_SCOPE = (
     # registry/custom_ops/layers/ since
     "{port}/**/sparse_attn_indexer/**/*.py",
     "{port}/models/*/attention.py",
+    "{port}/customized/pluggable_layer/*attention*.py",  # the DeepSeek-V4 MLA wrapper up to v0.25 (since: models/*/attention.py)
     "{port}/models/*/flashmla.py",
     "{port}/models/*/sparse_mla.py",
     "{port}/platform.py",

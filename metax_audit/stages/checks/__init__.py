@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from metax_audit.core.memo import NO_MEMO, Kind, Memo
 from metax_audit.core.models import CallSite, Discovery, Finding, StackFacts, TraceResult, Unresolved
-from metax_audit.core.pysource import module_name
 
 # Every check module is imported with the package, so the rules of findings made in a forked
 # child (binding checks, dataflow) are declared in the parent too (help text in SARIF, Markdown).
@@ -119,8 +118,7 @@ def discovery_checks(discovery: Discovery, symbols: SymbolTable, *, memo: Memo =
     scope = [sf.path for sf in discovery.files if sf.parse_error is None and sf.path.endswith(".py")]
     first = [*check_port_imports(discovery, symbols, records, units),
              *check_type_checking_names(discovery, symbols, records),
-             *names.check_undefined_names(scope, symbols, records, caller_paths(discovery),
-                                          frozenset(module_name(p) for p in scope)),
+             *names.check_undefined_names(scope, symbols, records, caller_paths(discovery)),
              *custom_ops.check_custom_ops(discovery, _registering_files(discovery), caller_paths(discovery))]
     second = list(check_attributes(discovery, symbols, records))
     records.save()

@@ -17,7 +17,6 @@ from metax_audit.stages.checks.imports import (
     _future_annotations,
     _is_type_checking,
     _text,
-    kept_import_sites,
     read_from,
 )
 from metax_audit.stages.checks.memo import FileMemo
@@ -266,33 +265,19 @@ def _kept_free_names(info: ModuleInfo, path: str, memo: FileMemo | None) -> list
     return memo.get(path, ("free-names",), compute)
 
 
-def _touching(info: ModuleInfo, path: str, targets: frozenset[str], memo: FileMemo | None) -> list[tuple[int, int]]:
-    """The line ranges of a caller's top-level definitions that use a name it imports from the modules in
-    scope: the part of a caller outside the scope that touches the attention code."""
-    local = {s.local for s in kept_import_sites(info, path, memo)
-             if s.module in targets or (s.name is not None and f"{s.module}.{s.name}" in targets)}
-    if not local:
-        return []
-    out = []
-    for st in info.tree.body:
-        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and any(
-                isinstance(n, ast.Name) and n.id in local for n in ast_walk(st)):
-            out.append((st.lineno, st.end_lineno or st.lineno))
-    return out
-
-
 def check_undefined_names(paths: list[str], symbols: SymbolTable, memo: FileMemo | None = None,
-                          callers: Sequence[str] = (), targets: frozenset[str] = frozenset()) -> Iterator[Finding]:
-    """One finding per (file, name) that no scope binds where the code reads it (MXA127). In `callers` (files
-    outside the scope), only the definitions that use a name imported from a module in `targets` are read."""
+                          callers: Sequence[str] = ()) -> Iterator[Finding]:
+    """One finding per (file, name) that no scope binds where the code reads it (MXA127), in the files in scope
+    and in their `callers` outside it, each read whole (as ruff's F821 reads a file). A caller is the model or
+    layer that runs the attention code: a NameError in any of its functions stops that model, though the
+    function never names an attention class (94162c3^: DeepSeek-V4's hc_head called F.linear, F never imported;
+    c4f62f7^: the DSA Indexer read q_scale after the line that set it was commented out). On the real ports'
+    master, release and history reviews, reading callers whole added no other finding."""
     for path in [*paths, *callers]:
         info = symbols.index.module_for_path(path)
         if info is None:
             continue
         free = _kept_free_names(info, path, memo)
-        if free and path in callers:
-            ranges = _touching(info, path, targets, memo)
-            free = [f for f in free if any(lo <= f.line <= hi for lo, hi in ranges)]
         if not free:
             continue
         module_names = symbols.module_names(info)
