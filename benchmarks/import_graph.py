@@ -34,6 +34,7 @@ ALIASES = {
     "introspect_worker": "introspect",  # the worker the introspect stage runs in the target interpreter
     "probes": "probing",  # the probe families the probing stage runs (metax_audit.probes or top-level probes)
     "switched_off": "triage",  # triage's off-switch demotion (stages/switched_off.py)
+    "never_taken": "triage",  # triage's never-taken-branch demotion (stages/never_taken.py)
 }
 LONG_MODULE = 600
 

@@ -23,6 +23,7 @@ from metax_audit.core.models import (
     StackFacts,
 )
 from metax_audit.core.pysource import cached_text, read_source_cached, walk_nodes
+from metax_audit.stages.never_taken import demote_never_taken
 from metax_audit.stages.switched_off import demote_switched_off
 
 if TYPE_CHECKING:
@@ -41,12 +42,14 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
            platform: Evaluator | None = None, roots: tuple[Path, Path] | None = None,
            carried: Carried | None = None, switches: Sequence[ConfigSwitch] = ()) -> list[Finding]:
     """Demote the differences the installed stack explains, those the vendor platform makes the same (`platform`
-    evaluates conditions over its facts; `roots`: the port snapshot and the upstream release) and those only a
+    evaluates conditions over its facts; `roots`: the port snapshot and the upstream release), the binding findings
+    inside branches the platform never takes, and those only a
     backend the platform never selects runs, merge findings of one call or flow or root cause, and say which
     findings are about a statement the port inherited unchanged from upstream."""
     out = [_signature_demotion(f, calls, facts) for f in findings]
     if platform is not None and roots is not None:
         out = [_platform_demotion(f, platform, roots) for f in out]
+        out = demote_never_taken(out, platform.platform, roots[0])
     if carried is not None:
         out = [_carried_demotion(f, carried) for f in out]
     out = demote_unselected(out, backends)
