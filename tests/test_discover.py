@@ -71,6 +71,15 @@ def test_default_scope_holds_the_sparse_indexer_ops_in_either_layout(tmp_path: P
     assert "vllm_metax/customized/layers/other.py" not in by_path
 
 
+@pytest.mark.parametrize("rel", ["vllm_metax/customized/layers/sparse_attn_indexer.py",  # v0.17: one module
+                                 "vllm_metax/models/deepseek_v4/ops/fused_indexer_q.py"])  # a model's indexer op
+def test_default_scope_holds_indexer_modules(tmp_path: Path, rel: str) -> None:
+    d = run(tmp_path, {rel: "X = 1\n", "vllm_metax/models/deepseek_v4/ops/other.py": ""})
+    by_path = {f.path: f for f in d.files}
+    assert by_path[rel].reason == "glob"
+    assert "vllm_metax/models/deepseek_v4/ops/other.py" not in by_path
+
+
 def test_default_scope_holds_the_pluggable_mla_wrapper_of_the_older_layout(tmp_path: Path) -> None:
     # up to v0.25 the DeepSeek-V4 MLA wrapper was customized/pluggable_layer/deepseek_v4_attention.py
     layer = "vllm_metax/customized/pluggable_layer"

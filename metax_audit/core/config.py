@@ -14,9 +14,11 @@ from metax_audit.core.versions import COMPARISONS
 DEFAULT_SCOPE = (
     "{port}/v1/attention/**/*.py",
     "{port}/model_executor/layers/attention/**/*.py",
-    # the sparse-indexer ops wherever the port keeps them: customized/layers/ up to v0.22-v0.25,
-    # registry/custom_ops/layers/ since
+    # the sparse-indexer ops wherever the port keeps them: customized/layers/sparse_attn_indexer.py (v0.17),
+    # customized/layers/sparse_attn_indexer/ (v0.19-v0.25), registry/custom_ops/layers/sparse_attn_indexer/ since,
+    # and the indexer ops of a model (models/deepseek_v4/ops/fused_indexer_q.py)
     "{port}/**/sparse_attn_indexer/**/*.py",
+    "{port}/**/*indexer*.py",
     "{port}/models/*/attention.py",
     "{port}/customized/pluggable_layer/*attention*.py",  # the DeepSeek-V4 MLA wrapper up to v0.25 (since: models/*/attention.py)
     "{port}/models/*/flashmla.py",
