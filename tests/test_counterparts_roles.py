@@ -117,6 +117,19 @@ def test_file_moved_into_an_upstream_platform_subfolder(tmp_path: Path) -> None:
     assert map_file("vllm_metax/models/m/flashmla.py", only_amd, up, port_tree=tree).vendor_only  # ambiguous
 
 
+def test_file_moved_under_a_folder_inserted_higher_up(tmp_path: Path) -> None:
+    # vLLM 0.26 keeps vllm/models/deepseek_v4/common/ops/fused_indexer_q.py; the port models/deepseek_v4/ops/
+    up = tmp_path / "up"
+    (up / "vllm/models/m/common/ops").mkdir(parents=True)
+    (up / "vllm/models/m/common/ops/fused_q.py").write_text("def fused_q(x):\n    return x\n")
+    (up / "vllm/models/m/nvidia/ops").mkdir(parents=True)
+    (up / "vllm/models/m/nvidia/ops/fused_q_cutedsl.py").write_text("def fused_q(x):\n    return x\n")
+    tree = ast.parse("def fused_q(x):\n    return x\n")
+    cp = map_file("vllm_metax/models/m/ops/fused_q.py", AuditConfig(), up, port_tree=tree)
+    assert (cp.upstream_path, cp.how) == ("vllm/models/m/common/ops/fused_q.py", "subfolder")
+    assert map_file("vllm_metax/models/m/ops/other.py", AuditConfig(), up, port_tree=tree).vendor_only  # no such name
+
+
 def test_config_class_map_names_the_role_of_a_class_that_neither_copies_nor_subclasses(trees: tuple[Path, Path]) -> None:
     port, up = trees
     (port / "vllm_npu/attention/standalone.py").write_text(

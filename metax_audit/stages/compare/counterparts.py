@@ -141,18 +141,25 @@ def map_file(
 
 
 def _subfolder_move(upstream_root: Path, candidate: str | None, config: AuditConfig) -> str | None:
-    """`x/y/f.py` absent upstream but `x/y/<sub>/f.py` present (per-platform folders): the preferred
-    subfolder (config upstream-subfolders, in order) or the only one."""
+    """`x/y/f.py` absent upstream but present with one folder inserted into its path: per-platform folders,
+    `x/y/<sub>/f.py` (vllm/models/deepseek_v4/nvidia/flashmla.py) or higher up, `x/<sub>/y/f.py`
+    (vllm/models/deepseek_v4/common/ops/fused_indexer_q.py for models/deepseek_v4/ops/). The nearest level that has
+    one wins; at a level, the preferred subfolder (config upstream-subfolders, in order) or the only one."""
     if not candidate or (upstream_root / candidate).is_file():
         return None
-    parent = (upstream_root / candidate).parent
-    name = Path(candidate).name
-    try:
-        found = sorted(p.name for p in parent.iterdir() if p.is_dir() and (p / name).is_file())
-    except OSError:
-        return None
-    pick = next((s for s in config.upstream_subfolders if s in found), None) or (found[0] if len(found) == 1 else None)
-    return f"{Path(candidate).parent.as_posix()}/{pick}/{name}" if pick else None
+    parts = Path(candidate).parts
+    for cut in range(len(parts) - 1, 1, -1):  # the folder inserted after parts[:cut], nearest the file first
+        parent, rest = upstream_root.joinpath(*parts[:cut]), Path(*parts[cut:])
+        try:
+            found = sorted(p.name for p in parent.iterdir() if p.is_dir() and (p / rest).is_file())
+        except OSError:
+            continue
+        pick = next((s for s in config.upstream_subfolders if s in found), None) or (found[0] if len(found) == 1 else None)
+        if pick:
+            return Path(*parts[:cut], pick, rest).as_posix()
+        if found:
+            return None  # several platforms' copies at the nearest level, none preferred: ambiguous
+    return None
 
 
 def _definitions(tree: ast.Module, prefixes: Iterable[str]) -> set[str]:
