@@ -271,3 +271,13 @@ for _n, _probe in _PROBES.items():
                              _PROBE_EXAMPLES[_probe]),)
     SEVERITY[f"MXA4{int(_n[1:]) + 10}"] = ((W, f"the {_probe} probe could not finish: the target raised, crashed or hung",
                                            f"{_probe} probe: the target raised RuntimeError"),)
+# Triage's never-taken-branch demotion applies to every rule whose consequence happens where its statement runs
+# (stages/never_taken.py): the same condition, said once per rule.
+from metax_audit.stages.never_taken import AT_STATEMENT as _AT_STATEMENT  # noqa: E402
+
+_NEVER_TAKEN = (I, "the same, where every place of the finding lies inside a branch the vendor platform never takes "
+                   "(the platform class's fixed answers decide its test; the branch is the gate)",
+                "`ops.persistent_topk(...)` read only under `if current_platform.is_cuda() and ...`: False on an "
+                "out-of-tree platform (`_enum = PlatformEnum.OOT`)")
+for _rule in sorted(_AT_STATEMENT & SEVERITY.keys()):
+    SEVERITY[_rule] = (*SEVERITY[_rule], _NEVER_TAKEN)

@@ -15,7 +15,7 @@ from metax_audit.stages.compare.consequence import VendorPlatform, enclosing_gat
 
 # The rules whose consequence happens where their statement runs: the calls bound against a signature or an op, the
 # imports, the attribute reads and the names read. Claims, graph capture and registrations hold whatever path runs.
-_AT_STATEMENT = frozenset({
+AT_STATEMENT = frozenset({
     *(f"MXA{n}" for n in range(101, 113)),
     *(f"MXA{n}" for n in range(120, 130)),
     "MXA170", "MXA174", "MXA175",
@@ -27,7 +27,7 @@ def demote_never_taken(findings: Sequence[Finding], platform: VendorPlatform, po
     gate_at = _Gates(platform, port_root)
     out = []
     for f in findings:
-        if f.severity in (Severity.ERROR, Severity.WARNING) and f.rule in _AT_STATEMENT and f.location.line:
+        if f.severity in (Severity.ERROR, Severity.WARNING) and f.rule in AT_STATEMENT and f.location.line:
             places = dict.fromkeys([(f.location.path, f.location.line), *((s.path, s.line) for s in f.sites if s.line)])
             gates = [gate_at(path, line) for path, line in places]
             if all(gates):
