@@ -71,4 +71,18 @@ def test_one_finding_per_missing_kernel_name(tmp_path: Path) -> None:
     [f] = check_imports(discovery(tmp_path, text), facts)
     assert f.severity is Severity.ERROR and "1 more import site" in f.message
     assert [e for e in f.evidence if e.startswith("port: ")] == ["port: port/attn.py:1: from kern import NewWrapper",
-                                                                 "port: port/attn.py:4: from kern import NewWrapper"]
+                                                                 "port: port/attn.py:4: from kern import NewWrapper  (lazy, in lazy)"]
+    assert "unguarded: importing the module fails" in f.evidence  # the module-level site stops the module
+
+
+def test_a_kernel_name_imported_only_in_functions_fails_when_they_run(tmp_path: Path) -> None:
+    # v0.21.0's mla_attention.py imported cudnn_batch_prefill_with_kv_cache inside two methods: the module imports fine
+    from metax_audit.report.first_screen import consequence
+
+    text = ("class Impl:\n    def prefill_cudnn(self):\n        from kern import NewWrapper\n        return NewWrapper\n\n"
+            "    def chunk_cudnn(self):\n        from kern import NewWrapper\n        return NewWrapper\n")
+    facts = StackFacts("py", "", "", {"kern.NewWrapper": fact("kern.NewWrapper", "not-found")})
+    [f] = check_imports(discovery(tmp_path, text), facts)
+    assert f.severity is Severity.ERROR and "fails when Impl.prefill_cudnn runs" in f.evidence
+    assert "port: port/attn.py:3: from kern import NewWrapper  (lazy, in Impl.prefill_cudnn)" in f.evidence
+    assert consequence(f) == (1, "ImportError when Impl.prefill_cudnn runs")

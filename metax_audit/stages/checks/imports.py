@@ -19,6 +19,7 @@ from metax_audit.core.pysource import (
     file_imported_names,
     imported_names,
     module_name,
+    read_source_cached,
     walk_nodes,
 )
 from metax_audit.core.versions import branch_taken
@@ -44,6 +45,7 @@ def check_imports(discovery: Discovery, facts: StackFacts, memo: FileMemo | None
     paths = [f.path for f in discovery.files if f.parse_error is None]
     unchecked: dict[str, list[ImportedName]] = {}
     missing: dict[str, list[ImportedName]] = {}
+    per_file: dict[str, dict[int, str]] = {}  # the enclosing functions of a file's imports, read once
     if memo is None:
         imports = imported_names(discovery.root, paths, tops)
     else:
@@ -74,7 +76,14 @@ def check_imports(discovery: Discovery, facts: StackFacts, memo: FileMemo | None
         dist = " ".join(x for x in (fact.distribution, fact.version) if x)
         what = f"{first.name!r} from {first.module}" if first.name else f"module {first.module}"
         more = f" (and {len(imps) - 1} more import site(s))" if len(imps) > 1 else ""
-        lines = [f"port: {i.path}:{i.line}: {source_line(discovery.root, i.path, i.line)}" for i in imps[:8]]
+        functions = [_import_functions(discovery.root, i.path, per_file).get(i.line, "") for i in imps]
+        lines = [f"port: {i.path}:{i.line}: {source_line(discovery.root, i.path, i.line)}" + (f"  (lazy, in {fn})" if fn else "")
+                 for i, fn in list(zip(imps, functions, strict=True))[:8]]
+        if severity is not Severity.INFO:
+            # where it fails: one unguarded import at module level stops the module; lazy ones fail when their function runs
+            lazy = next((fn for fn in functions if fn), "")
+            at_import = any(not fn and not i.guarded for i, fn in zip(imps, functions, strict=True))
+            notes.append("unguarded: importing the module fails" if at_import or not lazy else f"fails when {lazy} runs")
         yield make_finding("MXA120", Location(first.path, first.line, f"import:{target}"),
                            f"imports {what}, which installed {dist or first.module.split('.')[0]} does not provide{more}",
                            [*lines, f"installed: {target} missing  [{fact.source}{' via ' + facts.source if facts.source.startswith('manifest:') else ''}{', ' + dist if dist else ''}]", *notes],
@@ -87,6 +96,39 @@ def check_imports(discovery: Discovery, facts: StackFacts, memo: FileMemo | None
                            f"{len(imps)} import(s) from {top} not checked: introspection says {fact.status}",
                            [f"fact: {fact.target} status={fact.status}: {fact.error or ''}",
                             *(f"port: {i.path}:{i.line}: import {i.target}" for i in imps[:10])])
+
+
+def _import_functions(root: Path, path: str, per_file: dict[str, dict[int, str]]) -> dict[int, str]:
+    """Line of each import statement of the snapshot file -> the qualified name of the function it sits in ("" at
+    module level or in a class body, which run at import; none when the file cannot be read), kept in `per_file`."""
+    if path in per_file:
+        return per_file[path]
+    out: dict[int, str] = {}
+    per_file[path] = out
+    tree = read_source_cached(root, path, 5_000_000).tree
+    if tree is None:
+        return out
+
+    def visit(stmts: list[ast.stmt], function: str, prefix: str) -> None:
+        for st in stmts:
+            if isinstance(st, ast.Import | ast.ImportFrom):
+                out[st.lineno] = function
+            elif isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(st.body, prefix + st.name, prefix + st.name + ".")
+            elif isinstance(st, ast.ClassDef):
+                visit(st.body, function, prefix + st.name + ".")
+            else:
+                for block in ("body", "orelse", "finalbody"):
+                    sub = getattr(st, block, None)
+                    if isinstance(sub, list):
+                        visit(sub, function, prefix)
+                for h in getattr(st, "handlers", []) or []:
+                    visit(h.body, function, prefix)
+                for case in getattr(st, "cases", []) or []:
+                    visit(case.body, function, prefix)
+
+    visit(tree.body, "", "")
+    return out
 
 
 # ---------------------------------------------------------------- port and upstream imports
