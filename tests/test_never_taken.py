@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import write_tree
 
 import metax_audit.stages.checks  # noqa: F401  (registers the rules)
@@ -58,3 +59,78 @@ def test_only_rules_whose_consequence_is_at_the_statement(tmp_path: Path) -> Non
     capture, call = _read(6, rule="MXA130"), _read(6, rule="MXA101")
     assert capture.severity is not Severity.INFO and call.severity is Severity.ERROR
     assert _demote(tmp_path, capture, call) == [capture.severity, Severity.INFO]
+
+
+DISPATCH_PLATFORM = ("from vllm.platforms.interface import Platform, PlatformEnum\n\n"
+                     "class VendorPlatform(Platform):\n    _enum = PlatformEnum.OOT\n\n"
+                     "    @classmethod\n    def is_device_capability_family(cls, capability, device_id=0):\n        return False\n")
+DISPATCH = (
+    "from vllm.platforms import current_platform\n\n"
+    "def use_fast_prefill():\n"
+    "    from vllm.config import get_current_vllm_config\n"
+    "    config = get_current_vllm_config()\n"
+    "    return config.fast and current_platform.is_device_capability_family(100)\n\n"
+    "class Impl:\n"
+    "    def __init__(self):\n"
+    "        if use_fast_prefill():\n"
+    "            self._run = self._run_fast\n"
+    "        else:\n"
+    "            self._run = self._run_slow\n\n"
+    "    def _run_fast(self, q):\n"
+    "        from kern import fast_kernel\n"       # line 16: bound only where use_fast_prefill() holds
+    "        return fast_kernel(q)\n\n"
+    "    def _run_slow(self, q):\n"
+    "        from kern import slow_kernel\n"       # line 20: the branch that runs
+    "        return slow_kernel(q)\n"
+)
+
+
+def _dispatch(tmp_path: Path, *findings: Finding, other: str = "") -> list[Finding]:
+    from metax_audit.stages.compare.predicates import Capability, Evaluator
+
+    write_tree(tmp_path, {"port/platform.py": DISPATCH_PLATFORM, "port/impl.py": DISPATCH, "port/other.py": other})
+    platform = read_vendor_platform(tmp_path, "port/platform.py")
+    evaluator = Evaluator(platform, Capability.parse("none", "config"), {"port": tmp_path})
+    return demote_never_taken(list(findings), platform, tmp_path, evaluator, "port")
+
+
+def _import(line: int) -> Finding:
+    return make_finding("MXA120", Location("port/impl.py", line, "import:kern.x"), "imports x from kern, which installed kern lacks")
+
+
+def test_a_private_method_bound_only_in_a_never_taken_branch_never_runs(tmp_path: Path) -> None:
+    fast, slow = _dispatch(tmp_path, _import(16), _import(20))
+    assert (fast.severity, slow.severity) == (Severity.INFO, Severity.ERROR)
+    gate = fast.evidence[-1]
+    assert "inside Impl._run_fast" in gate and "`if use_fast_prefill()` at line 10 is False" in gate
+    assert "port/platform.py:" in gate and "is_device_capability_family" in gate  # the platform's answer is the evidence
+
+
+def test_a_method_another_port_file_names_is_not_judged(tmp_path: Path) -> None:
+    [fast] = _dispatch(tmp_path, _import(16), other="def go(impl):\n    return impl._run_fast(1)\n")
+    assert fast.severity is Severity.ERROR
+
+
+@pytest.mark.parametrize("test", ["self._use_fast", "self._use_fast and q"])  # one operand decides an `and`
+def test_a_self_flag_every_assignment_of_which_is_false_on_the_platform_gates_its_branch(tmp_path: Path, test: str) -> None:
+    source = DISPATCH.replace("    def _run_slow(self, q):\n",
+                              "    def plan(self, q):\n        self._use_fast = use_fast_prefill()\n"
+                              f"        if {test}:\n            from kern import fast_plan\n\n"
+                              "    def _run_slow(self, q):\n")
+    from metax_audit.stages.compare.predicates import Capability, Evaluator
+
+    write_tree(tmp_path, {"port/platform.py": DISPATCH_PLATFORM, "port/impl.py": source})
+    line = source.splitlines().index("            from kern import fast_plan") + 1
+    platform = read_vendor_platform(tmp_path, "port/platform.py")
+    evaluator = Evaluator(platform, Capability.parse("none", "config"), {"port": tmp_path})
+    [f] = demote_never_taken([_import(line)], platform, tmp_path, evaluator, "port")
+    assert f.severity is Severity.INFO and "every assignment of self._use_fast in Impl gives it that truth" in f.evidence[-1]
+    # the twin: another assignment gives the flag True, so the branch may run
+    twin = tmp_path / "twin"
+    source = source.replace(f"        if {test}:", f"        self._use_fast = True\n        if {test}:")
+    write_tree(twin, {"port/platform.py": DISPATCH_PLATFORM, "port/impl.py": source})
+    line = source.splitlines().index("            from kern import fast_plan") + 1
+    platform = read_vendor_platform(twin, "port/platform.py")
+    evaluator = Evaluator(platform, Capability.parse("none", "config"), {"port": twin})
+    [f] = demote_never_taken([_import(line)], platform, twin, evaluator, "port")
+    assert f.severity is Severity.ERROR

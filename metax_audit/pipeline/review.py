@@ -439,7 +439,7 @@ def _triage(st: _Stages, trace: TraceResult, comparison: Comparison | None, upst
     st.run.findings = triage(st.run.findings, trace.calls, facts, counterparts, trace.backends, platform=platform,
                              roots=(st.snap.root, upstream.root) if upstream is not None and upstream.root is not None else None,
                              carried=_carried(st, upstream, comparison.base if comparison is not None else None),
-                             switches=switches)
+                             switches=switches, port_package=st.config.port_package)
 
 
 def _carried(st: _Stages, upstream: UpstreamInfo | None, base: UpstreamInfo | None) -> Carried | None:

@@ -275,8 +275,9 @@ for _n, _probe in _PROBES.items():
 # (stages/never_taken.py): the same condition, said once per rule.
 from metax_audit.stages.never_taken import AT_STATEMENT as _AT_STATEMENT  # noqa: E402
 
-_NEVER_TAKEN = (I, "the same, where every place of the finding lies inside a branch the vendor platform never takes "
-                   "(the platform class's fixed answers decide its test; the branch is the gate)",
+_NEVER_TAKEN = (I, "the same, where every place of the finding lies inside a branch the vendor platform never takes, or "
+                   "in a private method the port binds or calls only inside such branches (the platform class's answers, "
+                   "followed into the port's helpers and its `self.` flags, decide the test; the branch is the gate)",
                 "`ops.persistent_topk(...)` read only under `if current_platform.is_cuda() and ...`: False on an "
                 "out-of-tree platform (`_enum = PlatformEnum.OOT`)")
 for _rule in sorted(_AT_STATEMENT & SEVERITY.keys()):

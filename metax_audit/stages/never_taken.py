@@ -2,16 +2,24 @@
 # vendor platform never takes has no consequence there: the statement never runs on it. 1e74892^ read
 # ops.persistent_topk, which vLLM 0.25.0 does not define, only under `if current_platform.is_cuda() and ...`: False
 # on an out-of-tree platform, so the read is info with that branch as its gate, not an error. The branch is judged
-# by the same evaluation of the platform class's fixed answers as the compare's (consequence.enclosing_gate).
+# by the same evaluation of the platform class's fixed answers as the compare's (consequence.enclosing_gate), then,
+# for tests only a deeper evaluation decides (a port helper, a `self.` flag), by predicates.Evaluator. So is a private
+# method the file binds or calls only inside such branches and no other port file names (v0.21.0's MLA prefill
+# dispatch: `self._run_prefill_new_tokens = self._run_prefill_new_tokens_trtllm_ragged` under a False helper).
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metax_audit.core.models import Finding, Severity
-from metax_audit.core.pysource import read_source_cached
-from metax_audit.stages.compare.consequence import VendorPlatform, enclosing_gate
+from metax_audit.core.pysource import cached_text, read_source_cached
+from metax_audit.stages.compare.consequence import VendorPlatform, constant, enclosing_gate
+
+if TYPE_CHECKING:
+    from metax_audit.stages.compare.predicates import Evaluator, Known, _Module
 
 # The rules whose consequence happens where their statement runs: the calls bound against a signature or an op, the
 # imports, the attribute reads and the names read. Claims, graph capture and registrations hold whatever path runs.
@@ -23,8 +31,13 @@ AT_STATEMENT = frozenset({
 _MAX_BYTES = 5_000_000
 
 
-def demote_never_taken(findings: Sequence[Finding], platform: VendorPlatform, port_root: Path) -> list[Finding]:
-    gate_at = _Gates(platform, port_root)
+def demote_never_taken(findings: Sequence[Finding], platform: VendorPlatform, port_root: Path,
+                       evaluator: Evaluator | None = None, port_package: str = "") -> list[Finding]:
+    """With `evaluator` (the platform's answers followed into the port's helpers), a private method that the port
+    binds or calls only inside never-taken branches never runs either: v0.21.0's MLA prefill bound
+    `self._run_prefill_new_tokens = self._run_prefill_new_tokens_trtllm_ragged` only under
+    `if use_trtllm_ragged_deepseek_prefill():`, False where the platform's is_device_capability_family is."""
+    gate_at = _Gates(platform, port_root, evaluator, port_package)
     out = []
     for f in findings:
         if f.severity in (Severity.ERROR, Severity.WARNING) and f.rule in AT_STATEMENT and f.location.line:
@@ -40,9 +53,11 @@ def demote_never_taken(findings: Sequence[Finding], platform: VendorPlatform, po
 class _Gates:
     """The never-taken branch holding a line of a port file ("" when none does, or the file cannot be read)."""
 
-    def __init__(self, platform: VendorPlatform, port_root: Path) -> None:
-        self._platform, self._root = platform, port_root
+    def __init__(self, platform: VendorPlatform, port_root: Path, evaluator: Evaluator | None = None,
+                 port_package: str = "") -> None:
+        self._platform, self._root, self._evaluator, self._package = platform, port_root, evaluator, port_package
         self._seen: dict[tuple[str, int], str] = {}
+        self._files: list[Path] | None = None
 
     def __call__(self, path: str, line: int) -> str:
         key = (path, line)
@@ -55,5 +70,142 @@ class _Gates:
         if not full.is_file():
             return ""
         tree = read_source_cached(self._root, path, _MAX_BYTES).tree
-        return enclosing_gate(tree, (line, line), self._platform) if tree is not None else ""
+        if tree is None:
+            return ""
+        if gate := enclosing_gate(tree, (line, line), self._platform):
+            return gate
+        if self._evaluator is None or not self._package:
+            return ""
+        if gate := self._dead_branch(tree, path, line):  # a test only the evaluator decides (a helper, a self flag)
+            return f"inside {gate}"
+        return self._dead_method(tree, path, line)
+
+    def _dead_method(self, tree: ast.Module, path: str, line: int) -> str:
+        """Evidence that `line` sits in a private method of a class that the file binds or calls only inside
+        never-taken branches and no other port file names; "" otherwise."""
+        if self._evaluator is None or not self._package:
+            return ""
+        found = next(((c, m) for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
+                      if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.lineno <= line <= (m.end_lineno or m.lineno)), None)
+        if found is None:
+            return ""
+        cls, method = found
+        name = method.name
+        if not name.startswith("_") or name.startswith("__") or method.decorator_list or self._named_elsewhere(name, path):
+            return ""
+        refs = [n for n in ast.walk(tree) if (isinstance(n, ast.Attribute) and n.attr == name)
+                or (isinstance(n, ast.Name) and n.id == name)]
+        if not refs:
+            return ""  # never named: perhaps reached by a computed name, so not judged
+        gates = [self._dead_branch(tree, path, n.lineno) for n in refs]
+        if not all(gates):
+            return ""
+        return (f"inside {cls.name}.{name}, which this file names only in branches never taken there "
+                f"({'; '.join(dict.fromkeys(gates))}), and no other port file names it")
+
+    def _named_elsewhere(self, name: str, path: str) -> bool:
+        if self._files is None:
+            base = self._root / self._package.replace(".", "/")
+            self._files = sorted(base.rglob("*.py")) if base.is_dir() else []
+        own = (self._root / path).resolve()
+        for file in self._files:
+            if file.resolve() == own:
+                continue
+            try:
+                if name in cached_text(file):
+                    return True
+            except (OSError, ValueError):
+                return True  # unreadable: cannot say it is not named there
+        return False
+
+    def _dead_branch(self, tree: ast.Module, path: str, line: int) -> str:
+        """The never-taken `if` holding `line` (its test judged by the platform's answers, followed into the
+        helpers of the port file), or ""."""
+        assert self._evaluator is not None
+        module = self._evaluator.module_at(self._root, path)
+        if module is None:
+            return ""
+        for cls, fn, node in _ifs_holding(tree, line):
+            known = constant(node.test, self._platform)
+            value, why = (known[0], known[1]) if known is not None else (None, "")
+            if value is None:
+                got = self._truth(module, node.test, fn, cls)
+                value, why = (bool(got.value), "; ".join(got.why)) if got is not None else (None, "")
+            if value is None:
+                continue
+            dead = node.orelse if value else node.body
+            if dead and dead[0].lineno <= line <= (dead[-1].end_lineno or dead[-1].lineno):
+                return f"`if {ast.unparse(node.test)}` at line {node.lineno} is {value} there" + (f": {why}" if why else "")
+        return ""
+
+
+    def _truth(self, module: _Module, test: ast.expr, fn: ast.FunctionDef | ast.AsyncFunctionDef | None,
+               cls: ast.ClassDef | None, seen: frozenset[str] = frozenset()) -> Known | None:
+        """The truth of a branch test on the platform: the evaluator's, a one-expression helper's, or for `self.x` the
+        one truth every `self.x = ...` of the class gives it (v0.21.0: `self._use_fi_prefill = use_flashinfer_prefill()`)."""
+        assert self._evaluator is not None
+        got = self._evaluator.value(test, self._evaluator.scope_in(module, fn, cls)) or _return_truth(self._evaluator, module, test)
+        if got is None and isinstance(test, ast.BoolOp):  # `self._use_fi_prefill and num_prefills > 0`: one operand decides
+            decisive = isinstance(test.op, ast.Or)
+            parts = [self._truth(module, v, fn, cls, seen) for v in test.values]
+            return next((replace(p, value=decisive, exact=False) for p in parts if p is not None and bool(p.value) == decisive), None)
+        if got is not None or cls is None or not (isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name)
+                                                  and test.value.id == "self") or test.attr in seen:
+            return got
+        values: list[Known | None] = []
+        for method in (m for m in cls.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)):
+            for node in ast.walk(method):
+                if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if not any(_is_self_attr(t, test.attr) for target in targets for t in ast.walk(target)):
+                    continue
+                # only `self.x = <one expression>` says what x holds; unpacking, `+=` or an annotation alone do not
+                plain = isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_self_attr(node.targets[0], test.attr)
+                values.append(self._truth(module, node.value, method, cls, seen | {test.attr}) if plain and node.value is not None else None)
+        if not values or any(v is None for v in values) or len({bool(v.value) for v in values if v is not None}) != 1:
+            return None
+        first = values[0]
+        assert first is not None
+        return replace(first, why=(*first.why, f"every assignment of self.{test.attr} in {cls.name} gives it that truth"))
+
+
+def _is_self_attr(node: ast.AST, attr: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _ifs_holding(tree: ast.Module, line: int) -> list[tuple[ast.ClassDef | None, ast.FunctionDef | ast.AsyncFunctionDef | None, ast.If]]:
+    """Each `if` whose lines hold `line`, with the class and function it sits in."""
+    out: list[tuple[ast.ClassDef | None, ast.FunctionDef | ast.AsyncFunctionDef | None, ast.If]] = []
+
+    def visit(node: ast.AST, cls: ast.ClassDef | None, fn: ast.FunctionDef | ast.AsyncFunctionDef | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.stmt) or not (child.lineno <= line <= (child.end_lineno or child.lineno)):
+                continue
+            if isinstance(child, ast.ClassDef):
+                visit(child, child, None)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(child, cls, child)
+            else:
+                if isinstance(child, ast.If):
+                    out.append((cls, fn, child))
+                visit(child, cls, fn)
+
+    visit(tree, None, None)
+    return out
+
+
+def _return_truth(evaluator: Evaluator, module: _Module, test: ast.expr) -> Known | None:
+    """The truth of `helper()` where the port file's own helper only returns one expression (imports and bindings
+    before it): its value's truth, where the evaluation of the whole call needs an exact value."""
+    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and not test.args and not test.keywords):
+        return None
+    fn = module.top(test.func.id)
+    if not isinstance(fn, ast.FunctionDef):
+        return None
+    body = [st for st in fn.body if not isinstance(st, ast.Import | ast.ImportFrom | ast.Assign)
+            and not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None
+    return evaluator.value(body[0].value, evaluator.scope_in(module, fn, None))
 

@@ -40,7 +40,7 @@ _PER_CALL = re.compile(r"^MXA(1\d\d|5\d\d)$")
 def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackFacts | None,
            counterparts: Counterparts | None = None, backends: Sequence[BackendChain] = (), *,
            platform: Evaluator | None = None, roots: tuple[Path, Path] | None = None,
-           carried: Carried | None = None, switches: Sequence[ConfigSwitch] = ()) -> list[Finding]:
+           carried: Carried | None = None, switches: Sequence[ConfigSwitch] = (), port_package: str = "") -> list[Finding]:
     """Demote the differences the installed stack explains, those the vendor platform makes the same (`platform`
     evaluates conditions over its facts; `roots`: the port snapshot and the upstream release), the binding findings
     inside branches the platform never takes, and those only a
@@ -49,7 +49,7 @@ def triage(findings: Sequence[Finding], calls: Sequence[CallSite], facts: StackF
     out = [_signature_demotion(f, calls, facts) for f in findings]
     if platform is not None and roots is not None:
         out = [_platform_demotion(f, platform, roots) for f in out]
-        out = demote_never_taken(out, platform.platform, roots[0])
+        out = demote_never_taken(out, platform.platform, roots[0], platform, port_package)
     if carried is not None:
         out = [_carried_demotion(f, carried) for f in out]
     out = demote_unselected(out, backends)
