@@ -111,6 +111,17 @@ def test_a_method_another_port_file_names_is_not_judged(tmp_path: Path) -> None:
     assert fast.severity is Severity.ERROR
 
 
+def test_a_file_that_looks_methods_up_by_computed_names_is_not_judged(tmp_path: Path) -> None:
+    source = DISPATCH + "\n    def run(self, kind, q):\n        return getattr(self, '_run_' + kind)(q)\n"
+    from metax_audit.stages.compare.predicates import Capability, Evaluator
+
+    write_tree(tmp_path, {"port/platform.py": DISPATCH_PLATFORM, "port/impl.py": source})
+    platform = read_vendor_platform(tmp_path, "port/platform.py")
+    evaluator = Evaluator(platform, Capability.parse("none", "config"), {"port": tmp_path})
+    [fast] = demote_never_taken([_import(16)], platform, tmp_path, evaluator, "port")
+    assert fast.severity is Severity.ERROR
+
+
 @pytest.mark.parametrize("test", ["self._use_fast", "self._use_fast and q"])  # one operand decides an `and`
 def test_a_self_flag_every_assignment_of_which_is_false_on_the_platform_gates_its_branch(tmp_path: Path, test: str) -> None:
     source = DISPATCH.replace("    def _run_slow(self, q):\n",

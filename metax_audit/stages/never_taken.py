@@ -93,8 +93,11 @@ class _Gates:
         name = method.name
         if not name.startswith("_") or name.startswith("__") or method.decorator_list or self._named_elsewhere(name, path):
             return ""
-        refs = [n for n in ast.walk(tree) if (isinstance(n, ast.Attribute) and n.attr == name)
-                or (isinstance(n, ast.Name) and n.id == name)]
+        nodes = list(ast.walk(tree))
+        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" and len(n.args) >= 2
+               and not isinstance(n.args[1], ast.Constant) for n in nodes):
+            return ""  # a method looked up by a computed name may run though no literal reference does
+        refs = [n for n in nodes if (isinstance(n, ast.Attribute) and n.attr == name) or (isinstance(n, ast.Name) and n.id == name)]
         if not refs:
             return ""  # never named: perhaps reached by a computed name, so not judged
         gates = [self._dead_branch(tree, path, n.lineno) for n in refs]
