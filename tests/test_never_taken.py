@@ -102,7 +102,7 @@ def test_a_private_method_bound_only_in_a_never_taken_branch_never_runs(tmp_path
     fast, slow = _dispatch(tmp_path, _import(16), _import(20))
     assert (fast.severity, slow.severity) == (Severity.INFO, Severity.ERROR)
     gate = fast.evidence[-1]
-    assert "inside Impl._run_fast" in gate and "`if use_fast_prefill()` at line 10 is False" in gate
+    assert "inside Impl._run_fast" in gate and "inside `if use_fast_prefill()` at line 10 (never taken there: " in gate
     assert "port/platform.py:" in gate and "is_device_capability_family" in gate  # the platform's answer is the evidence
 
 
@@ -135,7 +135,7 @@ def test_a_self_flag_every_assignment_of_which_is_false_on_the_platform_gates_it
     platform = read_vendor_platform(tmp_path, "port/platform.py")
     evaluator = Evaluator(platform, Capability.parse("none", "config"), {"port": tmp_path})
     [f] = demote_never_taken([_import(line)], platform, tmp_path, evaluator, "port")
-    assert f.severity is Severity.INFO and "every assignment of self._use_fast in Impl gives it that truth" in f.evidence[-1]
+    assert f.severity is Severity.INFO and "every assignment of self._use_fast in Impl gives it that value" in f.evidence[-1]
     # the twin: another assignment gives the flag True, so the branch may run
     twin = tmp_path / "twin"
     source = source.replace(f"        if {test}:", f"        self._use_fast = True\n        if {test}:")

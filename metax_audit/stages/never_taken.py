@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from metax_audit.core.models import Finding, Severity
 from metax_audit.core.pysource import cached_text, read_source_cached
-from metax_audit.stages.compare.consequence import VendorPlatform, constant, enclosing_gate
+from metax_audit.stages.compare.consequence import VendorPlatform, _short, constant
 
 if TYPE_CHECKING:
-    from metax_audit.stages.compare.predicates import Evaluator, Known, _Module
+    from metax_audit.stages.compare.predicates import Evaluator
 
 # The rules whose consequence happens where their statement runs: the calls bound against a signature or an op, the
 # imports, the attribute reads and the names read. Claims, graph capture and registrations hold whatever path runs.
@@ -72,19 +72,13 @@ class _Gates:
         tree = read_source_cached(self._root, path, _MAX_BYTES).tree
         if tree is None:
             return ""
-        if gate := enclosing_gate(tree, (line, line), self._platform):
-            return gate
-        if self._evaluator is None or not self._package:
-            return ""
-        if gate := self._dead_branch(tree, path, line):  # a test only the evaluator decides (a helper, a self flag)
-            return f"inside {gate}"
-        return self._dead_method(tree, path, line)
+        return self._dead_branch(tree, path, line) or self._dead_method(tree, path, line)
 
     def _dead_method(self, tree: ast.Module, path: str, line: int) -> str:
         """Evidence that `line` sits in a private method of a class that the file binds or calls only inside
         never-taken branches and no other port file names; "" otherwise."""
         if self._evaluator is None or not self._package:
-            return ""
+            return ""  # without the evaluator only branches around the line itself are judged
         found = next(((c, m) for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
                       if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.lineno <= line <= (m.end_lineno or m.lineno)), None)
         if found is None:
@@ -122,59 +116,23 @@ class _Gates:
         return False
 
     def _dead_branch(self, tree: ast.Module, path: str, line: int) -> str:
-        """The never-taken `if` holding `line` (its test judged by the platform's answers, followed into the
-        helpers of the port file), or ""."""
-        assert self._evaluator is not None
-        module = self._evaluator.module_at(self._root, path)
-        if module is None:
-            return ""
+        """The never-taken `if` holding `line`, or "". Its test is judged by the platform class's fixed answers (as the
+        compare judges one), then, with the evaluator, followed into the port's helpers and `self.` flags."""
+        module = self._evaluator.module_at(self._root, path) if self._evaluator is not None else None
         for cls, fn, node in _ifs_holding(tree, line):
             known = constant(node.test, self._platform)
             value, why = (known[0], known[1]) if known is not None else (None, "")
-            if value is None:
-                got = self._truth(module, node.test, fn, cls)
+            if value is None and module is not None:
+                assert self._evaluator is not None
+                got = self._evaluator.value(node.test, self._evaluator.scope_in(module, fn, cls))
                 value, why = (bool(got.value), "; ".join(got.why)) if got is not None else (None, "")
             if value is None:
                 continue
             dead = node.orelse if value else node.body
             if dead and dead[0].lineno <= line <= (dead[-1].end_lineno or dead[-1].lineno):
-                return f"`if {ast.unparse(node.test)}` at line {node.lineno} is {value} there" + (f": {why}" if why else "")
+                return (f"inside `if {_short(ast.unparse(node.test))}` at line {node.lineno} "
+                        f"({'else ' if value else ''}never taken there: {why})")
         return ""
-
-
-    def _truth(self, module: _Module, test: ast.expr, fn: ast.FunctionDef | ast.AsyncFunctionDef | None,
-               cls: ast.ClassDef | None, seen: frozenset[str] = frozenset()) -> Known | None:
-        """The truth of a branch test on the platform: the evaluator's, a one-expression helper's, or for `self.x` the
-        one truth every `self.x = ...` of the class gives it (v0.21.0: `self._use_fi_prefill = use_flashinfer_prefill()`)."""
-        assert self._evaluator is not None
-        got = self._evaluator.value(test, self._evaluator.scope_in(module, fn, cls)) or _return_truth(self._evaluator, module, test)
-        if got is None and isinstance(test, ast.BoolOp):  # `self._use_fi_prefill and num_prefills > 0`: one operand decides
-            decisive = isinstance(test.op, ast.Or)
-            parts = [self._truth(module, v, fn, cls, seen) for v in test.values]
-            return next((replace(p, value=decisive, exact=False) for p in parts if p is not None and bool(p.value) == decisive), None)
-        if got is not None or cls is None or not (isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name)
-                                                  and test.value.id == "self") or test.attr in seen:
-            return got
-        values: list[Known | None] = []
-        for method in (m for m in cls.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)):
-            for node in ast.walk(method):
-                if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-                    continue
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if not any(_is_self_attr(t, test.attr) for target in targets for t in ast.walk(target)):
-                    continue
-                # only `self.x = <one expression>` says what x holds; unpacking, `+=` or an annotation alone do not
-                plain = isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_self_attr(node.targets[0], test.attr)
-                values.append(self._truth(module, node.value, method, cls, seen | {test.attr}) if plain and node.value is not None else None)
-        if not values or any(v is None for v in values) or len({bool(v.value) for v in values if v is not None}) != 1:
-            return None
-        first = values[0]
-        assert first is not None
-        return replace(first, why=(*first.why, f"every assignment of self.{test.attr} in {cls.name} gives it that truth"))
-
-
-def _is_self_attr(node: ast.AST, attr: str) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
 def _ifs_holding(tree: ast.Module, line: int) -> list[tuple[ast.ClassDef | None, ast.FunctionDef | ast.AsyncFunctionDef | None, ast.If]]:
@@ -196,19 +154,3 @@ def _ifs_holding(tree: ast.Module, line: int) -> list[tuple[ast.ClassDef | None,
 
     visit(tree, None, None)
     return out
-
-
-def _return_truth(evaluator: Evaluator, module: _Module, test: ast.expr) -> Known | None:
-    """The truth of `helper()` where the port file's own helper only returns one expression (imports and bindings
-    before it): its value's truth, where the evaluation of the whole call needs an exact value."""
-    if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and not test.args and not test.keywords):
-        return None
-    fn = module.top(test.func.id)
-    if not isinstance(fn, ast.FunctionDef):
-        return None
-    body = [st for st in fn.body if not isinstance(st, ast.Import | ast.ImportFrom | ast.Assign)
-            and not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
-    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
-        return None
-    return evaluator.value(body[0].value, evaluator.scope_in(module, fn, None))
-

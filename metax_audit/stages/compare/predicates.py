@@ -147,7 +147,41 @@ class Evaluator:
                 return None
         if isinstance(expr, ast.Call):
             return self._call(expr, scope)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" and scope.cls is not None:
+            return self._self_attribute(expr.attr, scope)
         return None
+
+    def _self_attribute(self, attr: str, scope: _Scope) -> Known | None:
+        """`self.x` where every assignment of it in the class is `self.x = <expression>` and all of them agree (v0.21.0:
+        `self._use_fi_prefill = use_flashinfer_prefill()`): their value, or their truth alone when only that agrees."""
+        assert scope.cls is not None
+        key = f"{scope.module.path}:{scope.cls.name}.{attr}"
+        if scope.depth >= _MAX_DEPTH or key in scope.seen:
+            return None
+        values: list[Known | None] = []
+        for method in (m for m in scope.cls.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)):
+            for node in ast.walk(method):
+                if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if not any(_is_self_attr(t, attr) for target in targets for t in ast.walk(target)):
+                    continue
+                # only `self.x = <one expression>` says what x holds; unpacking, `+=` or an annotation alone do not
+                if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and _is_self_attr(node.targets[0], attr)):
+                    return None
+                inner = self.scope_in(scope.module, method, scope.cls)
+                inner.depth, inner.seen = scope.depth + 1, scope.seen | {key}
+                values.append(self.value(node.value, inner))
+        if not values or any(v is None for v in values):
+            return None
+        first = values[0]
+        assert first is not None
+        why = (*dict.fromkeys(w for v in values if v is not None for w in v.why),
+               f"every assignment of self.{attr} in {scope.cls.name} gives it that value")
+        if all(v is not None and v.exact and v.value == first.value and type(v.value) is type(first.value) for v in values):
+            return Known(first.value, why)
+        truths = {bool(v.value) for v in values if v is not None}
+        return Known(truths.pop(), why, exact=False) if len(truths) == 1 else None
 
     def _name(self, name: str, scope: _Scope) -> Known | None:
         if name in scope.args:
@@ -277,9 +311,15 @@ class Evaluator:
             return None
         first = outcomes[0]
         assert first is not None
-        if not all(o is not None and o.exact and o.value == first.value and type(o.value) is type(first.value) for o in outcomes):
-            return None
         why = tuple(dict.fromkeys(w for o in outcomes if o is not None for w in o.why))
+        if not all(o is not None and o.exact and o.value == first.value and type(o.value) is type(first.value) for o in outcomes):
+            # `return a and b and is_device_capability_family(100)`: falsy on every path, its exact value unknown
+            truths = {bool(o.value) for o in outcomes if o is not None}
+            if len(truths) != 1:
+                return None
+            truth = truths.pop()
+            return Known(truth, (*why, f"{shown}() is {'truthy' if truth else 'falsy'} on every path there "
+                                       f"({module.path}:{fn.lineno})"), exact=False)
         return Known(first.value, (*why, f"{shown}() returns {first.value!r} on every path there ({module.path}:{fn.lineno})"))
 
     def _block(self, stmts: list[ast.stmt], scope: _Scope) -> list[Known | None] | None:
@@ -304,6 +344,10 @@ class Evaluator:
                 return out
             return None
         return [Known(None)]  # falls off the end: returns None
+
+
+def _is_self_attr(node: ast.AST, attr: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
 def _is_class_level(fn: ast.FunctionDef) -> bool:
