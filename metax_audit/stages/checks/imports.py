@@ -99,36 +99,14 @@ def check_imports(discovery: Discovery, facts: StackFacts, memo: FileMemo | None
 
 
 def _import_functions(root: Path, path: str, per_file: dict[str, dict[int, str]]) -> dict[int, str]:
-    """Line of each import statement of the snapshot file -> the qualified name of the function it sits in ("" at
-    module level or in a class body, which run at import; none when the file cannot be read), kept in `per_file`."""
-    if path in per_file:
-        return per_file[path]
-    out: dict[int, str] = {}
-    per_file[path] = out
-    tree = read_source_cached(root, path, 5_000_000).tree
-    if tree is None:
-        return out
-
-    def visit(stmts: list[ast.stmt], function: str, prefix: str) -> None:
-        for st in stmts:
-            if isinstance(st, ast.Import | ast.ImportFrom):
-                out[st.lineno] = function
-            elif isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
-                visit(st.body, prefix + st.name, prefix + st.name + ".")
-            elif isinstance(st, ast.ClassDef):
-                visit(st.body, function, prefix + st.name + ".")
-            else:
-                for block in ("body", "orelse", "finalbody"):
-                    sub = getattr(st, block, None)
-                    if isinstance(sub, list):
-                        visit(sub, function, prefix)
-                for h in getattr(st, "handlers", []) or []:
-                    visit(h.body, function, prefix)
-                for case in getattr(st, "cases", []) or []:
-                    visit(case.body, function, prefix)
-
-    visit(tree.body, "", "")
-    return out
+    """Line of each import statement of the snapshot file -> the function it sits in ("" where it runs at import), as
+    import_sites reads it; none when the file cannot be read. Kept in `per_file`."""
+    if path not in per_file:
+        src = read_source_cached(root, path, 5_000_000)
+        per_file[path] = {} if src.tree is None or src.text is None else {
+            s.line: s.function for s in import_sites(
+                ModuleInfo(module_name(path), path, "port", path.endswith("__init__.py"), src.tree, src.text), path)}
+    return per_file[path]
 
 
 # ---------------------------------------------------------------- port and upstream imports
